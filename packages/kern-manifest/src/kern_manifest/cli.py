@@ -1,0 +1,74 @@
+"""`kern-manifest`: verify manifests, print the JSON Schema, explain diagnostic codes.
+
+Exit status of `verify`: 0 all clean, 1 some file failed verification, 2 some file could
+not be read or decoded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .codes import CODES, explain as explain_code
+from .decode import read
+from .diagnostics import DecodeError, ManifestError
+from .jsonschema import json_schema
+from .render import render_human, render_json
+from .verify import verify as verify_manifest
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Verify kern manifests (format version 2).")
+
+
+@app.command()
+def verify(
+    files: Annotated[list[Path], typer.Argument(help="manifest.json files to verify")],
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable report")] = False,
+) -> None:
+    """Decode and verify each FILE; report every problem found."""
+    results = []
+    status = 0
+    for f in files:
+        stage, diags = None, []
+        try:
+            diags = verify_manifest(read(f))
+            stage = "verify"
+        except ManifestError as err:
+            stage, diags = "decode", err.diagnostics
+        if diags:
+            status = max(status, 2 if stage == "decode" else 1)
+        results.append((str(f), stage, diags))
+        if not as_json:
+            if diags:
+                typer.echo(render_human(diags, str(f)), err=True, nl=False)
+            else:
+                typer.echo(f"{f}: ok")
+    if as_json:
+        typer.echo(render_json(results), nl=False)
+    raise typer.Exit(status)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the manifest format."""
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+@app.command()
+def explain(code: Annotated[str, typer.Argument(help="a diagnostic code, e.g. E0604")]) -> None:
+    """Print the long form of a diagnostic code."""
+    try:
+        typer.echo(explain_code(code), nl=False)
+    except KeyError:
+        typer.echo(f"error: unknown code {code!r}; known codes: {', '.join(CODES)}", err=True)
+        raise typer.Exit(2) from None
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["DecodeError", "app", "main"]

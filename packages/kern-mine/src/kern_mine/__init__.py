@@ -1,0 +1,1 @@
+"""kern-mine: mining facts from CUPTI captures (work in progress)."""
