@@ -51,6 +51,9 @@ def check_usage(cx: Context) -> None:
                                  ("buffers", m.buffers, bufs), ("kernels", m.kernels, kernels)):
         what = section[:-1]
         for name in decls:
+            # An unused output or carry is never written either; E0703 already says so.
+            if section == "buffers" and m.buffers[name].cls in ("output", "carry"):
+                continue
             if name not in used:
                 cx.sink.error("E0801", f"{what} `{name}` is declared but never used",
                               paths.key(section, name), help=f"remove the {what} or use it")
