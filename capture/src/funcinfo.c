@@ -155,12 +155,6 @@ kcap_func_t *kcap_func_info(void *h) {
     int ambiguous = 0;
     f->module = kcap_module_by_name(f->name, &ambiguous);
     f->module_how = f->module >= 0 ? "name" : (ambiguous ? "ambiguous" : NULL);
-    if (f->module >= 0) {
-      /* Remember the binding so later handles of this module hit directly. */
-      if (mod) {
-        /* kcap_bind_pending needs a pending entry; bind through the map instead. */
-      }
-    }
   }
   if (!f->name || f->nparams < 0) return f; /* incomplete: not cached */
   c = malloc(sizeof *c);
