@@ -1,0 +1,317 @@
+"""Reader for the kern capture format (``capture/FORMAT.md``, version 1).
+
+A capture is a directory written by ``capture/libkerncapture.so`` for one process::
+
+    meta.json  launches.jsonl[.gz|.xz|.zst]  modules.jsonl  modules/<sha256>.cubin  summary.json
+
+This module turns it into typed, immutable records and nothing more: no mining, no
+interpretation.  It depends on the standard library and msgspec only.  ``.zst`` files need
+``compression.zstd`` (Python 3.14+) or the ``zstandard`` package; without either they raise
+:class:`CaptureFormatError`.
+
+Entry points: :func:`read_capture` (a directory or a launches file -> :class:`Capture`),
+:func:`iter_launches` (stream the launches of a file), :func:`open_text` (decompress by suffix).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import lzma
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+__all__ = [
+    "FORMAT_VERSION",
+    "LAUNCH_FILE_NAMES",
+    "Capture",
+    "CaptureFormatError",
+    "FuncAttrs",
+    "Launch",
+    "LaunchAttr",
+    "Meta",
+    "ModuleEntry",
+    "Param",
+    "Ptr",
+    "Summary",
+    "find_launches_file",
+    "iter_launches",
+    "open_text",
+    "read_capture",
+    "read_modules",
+]
+
+FORMAT_VERSION = 1
+"""The newest format version this reader understands."""
+
+LAUNCH_FILE_NAMES = ("launches.jsonl", "launches.jsonl.zst", "launches.jsonl.xz", "launches.jsonl.gz")
+
+
+class CaptureFormatError(ValueError):
+    """A capture file that does not follow the format (with file and line where known)."""
+
+
+class Ptr(msgspec.Struct, frozen=True):
+    """An 8-byte word of a parameter that lies inside a device allocation."""
+
+    at: int
+    """Byte offset of the word inside its parameter."""
+    value: int
+    range_start: int
+    range_size: int
+    offset: int
+    """``value - range_start``."""
+
+
+class Param(msgspec.Struct, frozen=True):
+    """One kernel parameter: its slot in the parameter space and the bytes passed."""
+
+    offset: int
+    size: int
+    hex: str = msgspec.field(name="bytes")
+    ptrs: tuple[Ptr, ...] = ()
+
+    @property
+    def data(self) -> bytes:
+        """The parameter's bytes (little-endian for numbers)."""
+        return bytes.fromhex(self.hex)
+
+    def as_int(self, signed: bool = False) -> int:
+        """The bytes as a little-endian integer (any size)."""
+        return int.from_bytes(self.data, "little", signed=signed)
+
+
+class LaunchAttr(msgspec.Struct, frozen=True):
+    """A ``cuLaunchKernelEx`` launch attribute."""
+
+    id: int
+    name: str | None = None
+    value: int | tuple[int, ...] | None = None
+    raw: str = ""
+
+
+class FuncAttrs(msgspec.Struct, frozen=True):
+    """Static function attributes (``cuFuncGetAttribute``)."""
+
+    regs: int
+    static_smem: int
+    local_mem: int
+    const_mem: int
+    max_threads: int
+    binary_version: int
+    ptx_version: int
+    required_cluster: tuple[int, int, int] = (0, 0, 0)
+
+
+class Launch(msgspec.Struct, frozen=True):
+    """One kernel launch (FORMAT.md, ``launches.jsonl``)."""
+
+    seq: int
+    t_ns: int
+    api: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    name: str | None = None
+    module: str | None = None
+    module_id: int | None = None
+    module_how: str | None = None
+    tid: int = 0
+    result: int = 0
+    ctx: int = 0
+    stream: int = 0
+    capturing: bool | None = None
+    handle: str = "function"
+    attrs: tuple[LaunchAttr, ...] = ()
+    fattr: FuncAttrs | None = None
+    args: str = "params"
+    extra_size: int | None = None
+    params: tuple[Param, ...] | None = None
+    raw: str | None = None
+
+    @property
+    def executed(self) -> bool:
+        """True unless the launch was recorded into a graph under stream capture or failed."""
+        return self.capturing is not True and self.result == 0
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+class ModuleEntry(msgspec.Struct, frozen=True):
+    """One module load (FORMAT.md, ``modules.jsonl``)."""
+
+    module_id: int
+    sha256: str | None
+    size: int
+    t_ns: int = 0
+    ctx: int = 0
+
+
+class Meta(msgspec.Struct, frozen=True):
+    format: str
+    version: int
+    pid: int = 0
+    ppid: int = 0
+    clock: str = "CLOCK_MONOTONIC"
+    start_t_ns: int = 0
+    start_unix_s: int = 0
+    driver_version: int | None = None
+    options: dict[str, int | str | None] = {}
+    cmdline: tuple[str, ...] = ()
+
+
+class Summary(msgspec.Struct, frozen=True):
+    launches: int
+    dropped: int = 0
+    end_t_ns: int = 0
+
+
+class Capture(msgspec.Struct):
+    """A whole capture directory, read into memory."""
+
+    path: Path
+    """The capture directory."""
+    launches_path: Path
+    meta: Meta | None
+    summary: Summary | None
+    """None when the process did not exit cleanly (``summary.json`` missing)."""
+    modules: list[ModuleEntry]
+    launches: list[Launch]
+    truncated: bool = False
+    """The launches file ended in a partial line (dropped)."""
+
+    def module_file(self, sha256: str) -> Path | None:
+        """The dumped cubin of a module, if present in the directory."""
+        p = self.path / "modules" / f"{sha256}.cubin"
+        return p if p.is_file() else None
+
+    def module_bytes(self, sha256: str) -> bytes | None:
+        p = self.module_file(sha256)
+        return p.read_bytes() if p is not None else None
+
+
+def _zstd_open(path: Path) -> IO[bytes]:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
+
+        return zstd.open(path, "rb")
+    except ImportError:
+        pass
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise CaptureFormatError(f"{path}: reading .zst needs Python >= 3.14 or the zstandard package") from e
+    return zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Opens a (possibly compressed, by suffix: .gz .xz .zst) text file for reading."""
+    path = Path(path)
+    suffix = path.suffix
+    if suffix == ".gz":
+        raw: IO[bytes] = gzip.open(path, "rb")
+    elif suffix == ".xz":
+        raw = lzma.open(path, "rb")
+    elif suffix == ".zst":
+        raw = _zstd_open(path)
+    else:
+        raw = path.open("rb")
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+
+
+def find_launches_file(directory: str | Path) -> Path:
+    """The launches file of a capture directory (plain first, then .zst, .xz, .gz)."""
+    directory = Path(directory)
+    for name in LAUNCH_FILE_NAMES:
+        p = directory / name
+        if p.is_file():
+            return p
+    raise CaptureFormatError(f"{directory}: no launches file ({', '.join(LAUNCH_FILE_NAMES)})")
+
+
+def _iter_jsonl(path: Path, typ: type, state: dict[str, bool] | None = None) -> Iterator:
+    decoder = msgspec.json.Decoder(typ)
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield decoder.decode(line)
+            except msgspec.DecodeError as e:
+                if not line.endswith("\n"):
+                    # The last line lacks its newline: the writer was cut short mid-record.
+                    if state is not None:
+                        state["truncated"] = True
+                    return
+                raise CaptureFormatError(f"{path}:{lineno}: {e}") from e
+
+
+def iter_launches(path: str | Path, *, _state: dict[str, bool] | None = None) -> Iterator[Launch]:
+    """Streams the launch records of a launches file (plain or compressed), in file order."""
+    return _iter_jsonl(Path(path), Launch, _state)
+
+
+def read_modules(directory: str | Path) -> list[ModuleEntry]:
+    """The module index of a capture directory ([] if it has none)."""
+    directory = Path(directory)
+    for name in ("modules.jsonl", "modules.jsonl.zst", "modules.jsonl.xz", "modules.jsonl.gz"):
+        p = directory / name
+        if p.is_file():
+            return list(_iter_jsonl(p, ModuleEntry))
+    return []
+
+
+def _read_json(path: Path, typ: type):
+    if not path.is_file():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=typ)
+    except msgspec.DecodeError as e:
+        raise CaptureFormatError(f"{path}: {e}") from e
+
+
+def _resolve_dir(path: Path) -> Path:
+    """A capture directory, or a base directory holding exactly one ``pid-*`` capture."""
+    if any((path / n).is_file() for n in LAUNCH_FILE_NAMES):
+        return path
+    subs = sorted(p for p in path.glob("pid-*") if p.is_dir())
+    if len(subs) == 1:
+        return subs[0]
+    if not subs:
+        raise CaptureFormatError(f"{path}: not a capture directory (no launches file, no pid-* directory)")
+    raise CaptureFormatError(f"{path}: holds {len(subs)} pid-* captures; pass one of them")
+
+
+def read_capture(path: str | Path) -> Capture:
+    """Reads a capture: a capture directory, a base directory holding one ``pid-*``
+    capture, or a launches file (its directory supplies meta, modules and summary)."""
+    path = Path(path)
+    if path.is_file():
+        directory, launches_path = path.parent, path
+    else:
+        directory = _resolve_dir(path)
+        launches_path = find_launches_file(directory)
+    meta = _read_json(directory / "meta.json", Meta)
+    if meta is not None:
+        if meta.format != "kern-capture":
+            raise CaptureFormatError(f"{directory}/meta.json: format {meta.format!r} is not 'kern-capture'")
+        if meta.version > FORMAT_VERSION:
+            raise CaptureFormatError(
+                f"{directory}/meta.json: format version {meta.version} is newer than this reader ({FORMAT_VERSION})"
+            )
+    state = {"truncated": False}
+    launches = list(iter_launches(launches_path, _state=state))
+    return Capture(
+        path=directory,
+        launches_path=launches_path,
+        meta=meta,
+        summary=_read_json(directory / "summary.json", Summary),
+        modules=read_modules(directory),
+        launches=launches,
+        truncated=state["truncated"],
+    )
