@@ -45,3 +45,13 @@ def diagnose():
 def pairs():
     """``pairs(doc)``: the set of ``(code, path)`` of every diagnostic."""
     return lambda doc: {(d.code, d.path) for d in _diagnose(doc)}
+
+
+@pytest.fixture
+def compat_path() -> Path:
+    return COMPAT
+
+
+@pytest.fixture
+def toy_path() -> Path:
+    return TOY

@@ -23,6 +23,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Verify kern manifests (format version 2).")
 
 
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 @app.command()
 def verify(
     files: Annotated[list[Path], typer.Argument(help="manifest.json files to verify")],
@@ -43,7 +50,7 @@ def verify(
         results.append((str(f), stage, diags))
         if not as_json:
             if diags:
-                typer.echo(render_human(diags, str(f)), err=True, nl=False)
+                typer.echo(render_human(diags, str(f), _text(f)), err=True, nl=False)
             else:
                 typer.echo(f"{f}: ok")
     if as_json:

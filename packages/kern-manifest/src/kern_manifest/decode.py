@@ -16,7 +16,7 @@ import msgspec
 
 from . import paths
 from .diagnostics import DecodeError, Diagnostic
-from .dtypes import ParamTypeError, parse_param_type
+from .dtypes import DTYPE_SIZES, ParamTypeError, parse_param_type
 from .schema import SECTIONS, Kernel, Manifest, ManifestMeta, Scratch
 
 _REQUIRED = ("meta", "buffers", "kernels", "programs")
@@ -29,10 +29,21 @@ class _DupDict(dict):
     dups: list[str]
 
 
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
-    d = dict(pairs)
-    if len(d) == len(pairs):
-        return d
+class _Scan:
+    """Object hook state for one parse: whether any object had a duplicate key."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
+        d = dict(pairs)
+        if len(d) == len(pairs):
+            return d
+        self.found = True
+        return _dup_dict(pairs, d)
+
+
+def _dup_dict(pairs: list[tuple[str, Any]], d: dict) -> dict:
     out = _DupDict(d)
     seen: set[str] = set()
     out.dups = []
@@ -70,7 +81,14 @@ def _convert_error(err: msgspec.ValidationError, base: str) -> Diagnostic:
     if msg.startswith("Object missing required field `"):
         name = msg.split("`")[1]
         return Diagnostic("E0005", f"missing required field `{name}`", path or "(top level)")
-    return Diagnostic("E0006", msg[0].lower() + msg[1:] if msg else "invalid value", path or "(top level)")
+    help_ = None
+    if msg.startswith("Invalid enum value"):
+        if path.endswith(".dtype"):
+            help_ = f"dtypes are {', '.join(DTYPE_SIZES)}"
+        elif path.endswith(".class"):
+            help_ = "buffer classes are input, output, weight, workspace, carry"
+    return Diagnostic("E0006", msg[0].lower() + msg[1:] if msg else "invalid value",
+                      path or "(top level)", help=help_)
 
 
 def _convert(value: Any, typ: type, path: str, out: list[Diagnostic]) -> Any:
@@ -110,11 +128,25 @@ def _check_param_types(kernel: Kernel, path: str, out: list[Diagnostic]) -> None
         check(step.params, f"{path}.impl.steps[{j}].params")
 
 
-def from_obj(doc: Any) -> Manifest:
+def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
     """Convert a parsed JSON value into a :class:`Manifest`; raise :class:`DecodeError`
     with every problem found."""
     diags: list[Diagnostic] = []
-    _find_dups(doc, "", diags)
+    if has_dups:
+        _find_dups(doc, "", diags)
+    if not diags:
+        # Fast path: one conversion of the whole document; on failure fall through to the
+        # per-entry conversion that finds and names every problem.
+        try:
+            manifest = msgspec.convert(doc, Manifest)
+        except msgspec.ValidationError:
+            pass
+        else:
+            for name, kernel in manifest.kernels.items():
+                _check_param_types(kernel, paths.key("kernels", name), diags)
+            if diags:
+                raise DecodeError(diags)
+            return manifest
     if not isinstance(doc, dict):
         raise DecodeError(diags + [Diagnostic(
             "E0006", f"a manifest is a JSON object, found {type(doc).__name__}", "(top level)")])
@@ -151,15 +183,16 @@ def from_obj(doc: Any) -> Manifest:
 
 def decode(data: bytes | str) -> Manifest:
     """Decode manifest JSON text; raise :class:`DecodeError` with every problem found."""
+    scan = _Scan()
     try:
-        doc = json.loads(data, object_pairs_hook=_pairs_hook)
+        doc = json.loads(data, object_pairs_hook=scan)
     except json.JSONDecodeError as err:
         raise DecodeError([Diagnostic(
-            "E0002", f"malformed JSON: {err.msg} at line {err.lineno}, column {err.colno}",
+            "E0002", f"malformed JSON: {err.msg} (line {err.lineno}, column {err.colno})",
             "(top level)")]) from None
     except UnicodeDecodeError as err:
         raise DecodeError([Diagnostic("E0001", f"not UTF-8 text: {err.reason}", "(top level)")]) from None
-    return from_obj(doc)
+    return from_obj(doc, has_dups=scan.found)
 
 
 def read(path: str | Path) -> Manifest:

@@ -8,16 +8,47 @@ import msgspec
 
 from .codes import CODES
 from .diagnostics import Diagnostic
+from .locate import locate
 
 JSON_FORMAT_VERSION = 1
 
 
-def render_human(diags: Sequence[Diagnostic], source: str | None = None) -> str:
-    """rustc-style text: one block per diagnostic, then a summary line."""
+def _snippet(text_lines: list[str], line: int, col: int, label: str) -> list[str]:
+    src = text_lines[line - 1].rstrip("\n")
+    # Long lines are cut to a window around the column so the caret stays readable.
+    if len(src) > _WIDTH:
+        start = max(0, min(col - 1 - _WIDTH // 3, len(src) - _WIDTH))
+        src = ("..." if start else "") + src[start:start + _WIDTH] + (
+            "..." if start + _WIDTH < len(src) else "")
+        col = col - start + (3 if start else 0)
+    gutter = " " * len(str(line))
+    return [f"{gutter} |", f"{line} | {src}", f"{gutter} | {' ' * (col - 1)}^ {label}"]
+
+
+_WIDTH = 100
+
+
+def render_human(diags: Sequence[Diagnostic], source: str | None = None,
+                 text: str | None = None) -> str:
+    """rustc-style text: one block per diagnostic, then a summary line. With the manifest's
+    ``text``, each block shows the line the JSON path points at."""
     where = source or "<manifest>"
+    positions: dict[str, tuple[int, int]] = {}
+    text_lines: list[str] = []
+    if text is not None and any(not d.path.startswith("(") for d in diags):
+        try:
+            positions = locate(text)
+            text_lines = text.splitlines()
+        except (IndexError, AttributeError, ValueError):
+            positions = {}  # not valid JSON: the E0002 message already names line and column
     blocks = []
     for d in diags:
-        lines = [f"{d.severity}[{d.code}]: {d.message}", f"  --> {where}: {d.path}"]
+        pos = positions.get(d.path)
+        if pos:
+            lines = [f"{d.severity}[{d.code}]: {d.message}", f"  --> {where}:{pos[0]}:{pos[1]}"]
+            lines += _snippet(text_lines, pos[0], pos[1], d.path)
+        else:
+            lines = [f"{d.severity}[{d.code}]: {d.message}", f"  --> {where}: {d.path}"]
         if d.note:
             lines.append(f"   = note: {d.note}")
         if d.help:

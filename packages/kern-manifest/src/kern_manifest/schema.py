@@ -11,10 +11,11 @@ decode -> encode -> decode round-trips.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
+from msgspec.structs import astuple
 
 from .dtypes import DType
 
@@ -32,6 +33,18 @@ def _exactly_one(obj: msgspec.Struct, keys: tuple[str, ...], what: str) -> str:
         found = ", ".join(f"`{k}`" for k in present) or "none"
         raise ValueError(
             f"{what} needs exactly one of {', '.join(f'`{k}`' for k in keys)}; found {found}"
+        )
+    return present[0]
+
+
+def _kind_of(obj: msgspec.Struct, slots: tuple[tuple[int, str], ...], what: str) -> str:
+    """The one kind key set on an argument object (hot: runs once per decoded argument)."""
+    values = astuple(obj)
+    present = [name for i, name in slots if values[i] is not UNSET]
+    if len(present) != 1:
+        found = ", ".join(f"`{k}`" for k in present) or "none"
+        raise ValueError(
+            f"{what} needs exactly one of {', '.join(f'`{k}`' for _, k in slots)}; found {found}"
         )
     return present[0]
 
@@ -91,7 +104,7 @@ class Scratch(_Struct, frozen=True):
     shape: list[Dim]
 
 
-class StepArg(_Struct, frozen=True):
+class StepArg(_Struct, frozen=True, dict=True):
     """One step argument: forward (``arg``), scratch binding, or an impl-private literal."""
 
     arg: NonNegInt | UnsetType = UNSET
@@ -104,19 +117,17 @@ class StepArg(_Struct, frozen=True):
     u8: int | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        kind = _exactly_one(self, STEP_ARG_KINDS, "a step argument")
+        kind = _kind_of(self, _STEP_ARG_SLOTS, "a step argument")
         if self.offset is not UNSET and kind != "scratch":
             raise ValueError("`offset` is only allowed together with `scratch`")
+        # Cached outside the encoded fields: the verifier asks for it per argument.
+        self.__dict__["kind"] = kind
 
-    @property
-    def kind(self) -> str:
-        for k in STEP_ARG_KINDS:
-            if getattr(self, k) is not UNSET:
-                return k
-        raise AssertionError("unreachable: checked at decode")
+    kind: ClassVar[str]  # "arg", "scratch" or a literal type; set at construction
 
 
 STEP_ARG_KINDS = ("arg", "scratch", "i32", "u32", "i64", "f32", "u8")
+_STEP_ARG_SLOTS = tuple((i, f) for i, f in enumerate(StepArg.__struct_fields__) if f != "offset")
 
 
 class Step(_Struct, frozen=True, kw_only=True):
@@ -145,7 +156,7 @@ class Kernel(_Struct, frozen=True):
     impl: Impl
 
 
-class Arg(_Struct, frozen=True):
+class Arg(_Struct, frozen=True, dict=True):
     """One dispatch argument, bound to the kernel's interface parameter at its position."""
 
     buf: str | UnsetType = UNSET
@@ -160,16 +171,12 @@ class Arg(_Struct, frozen=True):
     u8: int | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        kind = _exactly_one(self, ARG_KINDS, "a dispatch argument")
+        kind = _kind_of(self, _ARG_SLOTS, "a dispatch argument")
         if self.offset is not UNSET and kind not in ("buf", "state"):
             raise ValueError("`offset` is only allowed together with `buf` or `state`")
+        self.__dict__["kind"] = kind
 
-    @property
-    def kind(self) -> str:
-        for k in ARG_KINDS:
-            if getattr(self, k) is not UNSET:
-                return k
-        raise AssertionError("unreachable: checked at decode")
+    kind: ClassVar[str]  # one of ARG_KINDS; set at construction
 
     @property
     def byte_offset(self) -> int:
@@ -177,6 +184,7 @@ class Arg(_Struct, frozen=True):
 
 
 ARG_KINDS = ("buf", "state", "sym", "expr", "i32", "u32", "i64", "f32", "u8")
+_ARG_SLOTS = tuple((i, f) for i, f in enumerate(Arg.__struct_fields__) if f != "offset")
 LITERAL_KINDS = ("i32", "u32", "i64", "f32", "u8")
 
 
