@@ -198,3 +198,15 @@ def test_codes_do_not_leak_between_cases(toy):
     before = copy.deepcopy(toy)
     CASES["E0101"][0](copy.deepcopy(toy))
     assert toy == before
+
+
+def test_verify_reports_bad_param_types_of_manifests_built_in_code(toy_path):
+    import msgspec
+
+    from kern_manifest import verify
+
+    m = read(toy_path)
+    norm = m.kernels["norm"]
+    broken = msgspec.structs.replace(norm, params=["buffer<bf16>", *norm.params[1:]])
+    m = msgspec.structs.replace(m, kernels={**m.kernels, "norm": broken})
+    assert [(d.code, d.path) for d in verify(m)] == [("E0007", "kernels.norm.params[0]")]

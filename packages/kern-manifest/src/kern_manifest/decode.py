@@ -115,7 +115,7 @@ def _locate_scratch_error(kernel: Any, path: str) -> Diagnostic | None:
     return None
 
 
-def _check_param_types(kernel: Kernel, path: str, out: list[Diagnostic]) -> None:
+def check_param_types(kernel: Kernel, path: str, out: list[Diagnostic]) -> None:
     def check(params: list[str], ppath: str) -> None:
         for i, text in enumerate(params):
             try:
@@ -143,7 +143,7 @@ def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
             pass
         else:
             for name, kernel in manifest.kernels.items():
-                _check_param_types(kernel, paths.key("kernels", name), diags)
+                check_param_types(kernel, paths.key("kernels", name), diags)
             if diags:
                 raise DecodeError(diags)
             return manifest
@@ -173,7 +173,7 @@ def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
             entry = _convert(value, typ, path, diags)
             if entry is not None:
                 if typ is Kernel:
-                    _check_param_types(entry, path, diags)
+                    check_param_types(entry, path, diags)
                 entries[entry_name] = entry
         sections[name] = entries
     if diags:

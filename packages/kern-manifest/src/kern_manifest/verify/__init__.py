@@ -6,6 +6,8 @@ raises on bad input, so one mistake cannot hide another.
 
 from __future__ import annotations
 
+from .. import paths
+from ..decode import check_param_types
 from ..diagnostics import Diagnostic
 from ..schema import Manifest
 from .buffers import check_buffers
@@ -21,8 +23,19 @@ PASSES = (check_header, check_buffers, check_steps, check_impls, check_dispatche
           check_dataflow, check_usage)
 
 
+def _param_type_errors(manifest: Manifest) -> list[Diagnostic]:
+    """E0007 for manifests built in code rather than decoded (decode already checks these)."""
+    out: list[Diagnostic] = []
+    for name, kernel in manifest.kernels.items():
+        check_param_types(kernel, paths.key("kernels", name), out)
+    return out
+
+
 def verify(manifest: Manifest) -> list[Diagnostic]:
     """Every rule violation in ``manifest``; an empty list means it verified clean."""
+    bad = _param_type_errors(manifest)
+    if bad:
+        return bad  # every later pass reads parameter types
     cx = Context(manifest)
     for run in PASSES:
         run(cx)
