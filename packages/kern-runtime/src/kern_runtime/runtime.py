@@ -1,0 +1,380 @@
+"""The runtime: load a verified manifest onto one GPU and replay its programs.
+
+Typical use::
+
+    rt = Runtime.load("manifest.json", "kernels/", weights=["model.safetensors"], capacity=4096)
+    print(rt.summary())
+    rt.write("token_ids", np.array([1, 2, 3], np.int64))     # whole buffer or a prefix
+    rt.run("prefill", {"tokens": 3})                          # graph=True by default
+    logits = rt.read("logits")                                # shape at the last run's symbols
+
+Contracts:
+- All work is queued on one non-blocking stream owned by the runtime; ``run`` returns
+  without waiting, ``read`` waits for everything queued before it.
+- ``write`` goes through a pinned staging buffer per input and a host-to-device copy
+  *outside* any graph, ordered before the next ``run`` on the same stream.
+- A graph is captured once per (program, symbol values), after the cuBLASLt algorithms for
+  that key were chosen, and replayed with one ``cuGraphLaunch``. ``graph=False`` launches the
+  same prepared steps one by one; both compute identical bits.
+- Every refused call (unknown name, symbol out of range, wrong dtype) raises before any
+  work is queued; the runtime stays usable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from kern_manifest import Manifest, VerifiedManifest, shape_at
+
+from . import errors
+from .artifacts import Resolution, resolve_steps
+from .errors import CallerError
+from .gemm import row_major_tn
+from .hostdata import HOST_DTYPES, host_view
+from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, compile_program,
+                         graph_key, shared_mem_max)
+from .prepare import Prepared, prepare
+from .summary import GraphInfo, WeightsInfo, render_summary
+
+#: Prepared (bound) launch lists kept for eager runs, least recently used evicted.
+EAGER_CACHE = 32
+#: Reads up to this size go through a pinned buffer; larger ones straight to pageable memory.
+PINNED_READ_MAX = 64 * 2**20
+
+
+def _default_progress(done: int, total: int) -> None:
+    import sys
+    if total >= 2**30:
+        pct = 100 * done // total
+        sys.stderr.write(f"\rweights: {done / 2**30:.2f} / {total / 2**30:.2f} GiB ({pct}%)")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+class Runtime:
+    """One manifest loaded onto one device. Create with :meth:`load`; release with
+    :meth:`close` (or use as a context manager)."""
+
+    # -- load ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, manifest: "str | os.PathLike | VerifiedManifest | Manifest",
+             kernels_dir: str | os.PathLike | None = None,
+             weights: Sequence[str | os.PathLike] = (), capacity: int | None = None,
+             device: int = 0, progress: Callable[[int, int], None] | None = _default_progress
+             ) -> "Runtime":
+        """Verify, check artifacts, allocate, resolve, upload. Raises a
+        :class:`~kern_runtime.errors.KernRuntimeError` subclass naming the place; on any
+        failure everything already allocated is released."""
+        prep = prepare(manifest, kernels_dir, weights, capacity)
+        rt = cls.__new__(cls)
+        rt._init(prep, device)
+        try:
+            rt._load_gpu(progress)
+        except BaseException:
+            rt.close()
+            raise
+        return rt
+
+    def _init(self, prep: Prepared, device: int) -> None:
+        self.prepared = prep
+        self.vm = prep.vm
+        self.plan = prep.plan
+        self._device = device
+        self._ctx = None
+        self._stream = None
+        self._arena = None
+        self._modules = None
+        self._lt = None
+        self._closed = False
+        self.resolutions: dict[tuple[str, int], Resolution] = {}
+        self._templates: dict[str, list[StepTemplate]] = {}
+        self._funcs: dict[tuple[str, int], Any] = {}
+        self._eager: OrderedDict[tuple, list] = OrderedDict()
+        self._graphs: dict[tuple, Any] = {}
+        self._graph_info: list[GraphInfo] = []
+        self._staging: dict[str, tuple[Any, Any]] = {}   # name -> (PinnedBuffer, Event)
+        self._read_staging: dict[str, Any] = {}
+        self._last_values: dict[str, int] | None = None
+        self.weights_info = WeightsInfo(files=list(prep.weight_files),
+                                        unused_tensors=prep.unused_tensors)
+
+    def _load_gpu(self, progress) -> None:
+        from .cuda.driver import Context
+        from .cuda.memory import DeviceArena, Stream
+        from .cuda.modules import Modules
+
+        self._ctx = Context(self._device)
+        self._stream = Stream()
+        self._arena = DeviceArena(self.plan.total, self.plan.align, where="arena")
+        self._arena.zero(self._stream.id)
+        self.addresses = self.plan.addresses(self._arena.base)
+        self._modules = Modules(self.prepared.cubins)
+        self.resolutions = resolve_steps(self.vm, self.prepared.cubins, self.prepared.search,
+                                         self._modules.lookup)
+        for (kname, j), r in self.resolutions.items():
+            if r.module is None:
+                continue
+            func = self._modules.function(r.module, r.symbol)
+            self._funcs[(kname, j)] = func
+            smem = shared_mem_max(self.vm, kname, j)
+            if smem > 48 * 1024:
+                self._modules.allow_dynamic_shared(func, smem, errors.kernel_step(kname, j, r.symbol),
+                                                   self._ctx.max_shared_optin)
+        if any(s.is_extern for k in self.vm.manifest.kernels.values() for s in k.impl.steps):
+            from .cuda.cublaslt import CublasLt
+            self._lt = CublasLt(self._stream)
+        for name in self.vm.manifest.programs:
+            self._templates[name] = compile_program(self.vm, name, self.plan, self.addresses)
+        self._upload_weights(progress)
+        self._stream.synchronize(where="load")
+
+    def _upload_weights(self, progress) -> None:
+        from .cuda.upload import upload
+        from .weights import upload_chunks
+
+        bindings = self.prepared.weights
+        total = sum(b.entry.nbytes for b in bindings)
+        self.weights_info.count = len(bindings)
+        self.weights_info.nbytes = total
+        if not bindings:
+            return
+        from .cuda.upload import CHUNK_BYTES
+        secs = upload(upload_chunks(bindings, CHUNK_BYTES), self.addresses.buffers,
+                      self._stream, total, CHUNK_BYTES, progress)
+        self.weights_info.seconds = secs
+
+    # -- run -------------------------------------------------------------------------------
+    def _program(self, program: str) -> list[StepTemplate]:
+        self._check_open()
+        t = self._templates.get(program)
+        if t is None:
+            raise CallerError(f"unknown program `{program}`",
+                              help=f"programs: {', '.join(self.vm.manifest.programs)}")
+        return t
+
+    def _steps(self, program: str, values: dict[str, int]) -> list:
+        """Prepared launches for (program, values): bound, cuBLASLt algorithms chosen."""
+        key = graph_key(program, values)
+        steps = self._eager.get(key)
+        if steps is not None:
+            self._eager.move_to_end(key)
+            return steps
+        from .cuda.launch import KernelLaunch
+        out = []
+        for b in bind_all(self._templates[program], values):
+            if isinstance(b, BoundExtern):
+                p = row_major_tn(b.m, b.n, b.k, b.a, b.w, b.c, b.accumulate)
+                out.append(self._lt.prepare(p, b.template.where))  # type: ignore[union-attr]
+            else:
+                t = b.template
+                out.append(KernelLaunch(self._funcs[(t.kernel, t.step)], b, self._stream.id))  # type: ignore[union-attr]
+        self._eager[key] = out
+        while len(self._eager) > EAGER_CACHE:
+            self._eager.popitem(last=False)
+        return out
+
+    def run(self, program: str, symbols: Mapping[str, int] | None = None, *,
+            graph: bool = True) -> None:
+        """Queue one run of ``program`` with ``symbols`` (every manifest symbol, each in
+        ``[min, max]``). ``graph=True`` replays (capturing on first use) a CUDA graph;
+        ``graph=False`` launches step by step. Does not wait for the GPU."""
+        self._program(program)
+        values = check_symbols(self.vm, symbols or {}, program)
+        key = graph_key(program, values)
+        if graph:
+            g = self._graphs.get(key)
+            if g is None:
+                g = self.capture(program, values)
+            g.launch(self._stream, where=f"program `{program}`")
+        else:
+            for s in self._steps(program, values):
+                s.run()
+        self._last_values = values
+
+    def capture(self, program: str, symbols: Mapping[str, int]) -> Any:
+        """Capture (once) and return the graph of (program, symbols) without running it."""
+        self._program(program)
+        values = check_symbols(self.vm, symbols, program)
+        key = graph_key(program, values)
+        g = self._graphs.get(key)
+        if g is not None:
+            return g
+        from .cuda.graphs import capture
+        steps = self._steps(program, values)  # algorithm choice happens here, before capture
+        where = f"program `{program}` {dict(values)}"
+        g = capture(self._stream, steps, where)
+        self._graphs[key] = g
+        self._graph_info.append(GraphInfo(program, dict(values), g.nodes, g.capture_s * 1000))
+        return g
+
+    # -- data ------------------------------------------------------------------------------
+    def _buffer(self, name: str):
+        self._check_open()
+        b = self.vm.manifest.buffers.get(name)
+        if b is None:
+            raise CallerError(f"unknown buffer `{name}`")
+        return b
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        """Copy ``array`` (the whole buffer or a prefix, dtype per :data:`HOST_DTYPES`) into
+        input or carry buffer ``name``, ordered before the next run."""
+        from .cuda.memory import Event, PinnedBuffer, h2d
+
+        b = self._buffer(name)
+        if b.cls not in ("input", "carry"):
+            raise CallerError(f"buffer `{name}` is a {b.cls} buffer; only input and carry "
+                              f"buffers are written by the caller")
+        view = host_view(name, b, array, self.vm.sym_max)
+        st = self._staging.get(name)
+        if st is None:
+            st = (PinnedBuffer(self.plan.buffers[name].nbytes), Event(timing=False))
+            self._staging[name] = st
+            pending = False
+        else:
+            pending = True
+        pinned, ev = st
+        if pending:
+            ev.synchronize()  # the previous copy out of this staging buffer has finished
+        n = view.nbytes
+        if n:
+            pinned.array[:n] = view
+            h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
+                where=f"write `{name}`")
+        ev.record(self._stream)
+
+    def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
+        """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:
+        the last run's symbol values, else the maxima) as a new host array."""
+        from .cuda.memory import PinnedBuffer, d2h
+
+        b = self._buffer(name)
+        if symbols is not None:
+            values = check_symbols(self.vm, symbols, f"read `{name}`")
+        else:
+            values = self._last_values or dict(self.vm.sym_max)
+        shape = shape_at(b.shape, values)
+        out = np.empty(shape, dtype=HOST_DTYPES[b.dtype])
+        n = out.nbytes
+        src = self.addresses.buffers[name]
+        where = f"read `{name}`"
+        if n <= PINNED_READ_MAX:
+            pinned = self._read_staging.get(name)
+            if pinned is None or pinned.nbytes < n:
+                if pinned is not None:
+                    pinned.free()
+                pinned = PinnedBuffer(min(self.plan.buffers[name].nbytes, PINNED_READ_MAX))
+                self._read_staging[name] = pinned
+            if n:
+                d2h(pinned.addr, src, n, self._stream, where=where)
+            self._stream.synchronize(where=where)
+            out.reshape(-1).view(np.uint8)[:] = pinned.array[:n]
+        else:
+            self._stream.synchronize(where=where)
+            d2h(out.ctypes.data, src, n, self._stream, where=where)
+            self._stream.synchronize(where=where)
+        return out
+
+    def synchronize(self) -> None:
+        """Wait for all queued work (surfaces asynchronous kernel faults here)."""
+        self._check_open()
+        self._stream.synchronize(where="synchronize")  # type: ignore[union-attr]
+
+    # -- introspection ---------------------------------------------------------------------
+    def summary(self) -> str:
+        extras = []
+        if self._lt is not None:
+            extras.append(self._lt.describe())
+            for key, (_, us, n) in self._lt.algos.items():
+                (_, _, a, b, c, acc, *_al) = key
+                extras.append(f"  GEMM n={c[0]} m={c[1]} k={a[0]}{' acc' if acc else ''}: "
+                              f"best of {n} algorithms, {us:.1f} µs")
+        return render_summary(self.vm, self.plan, self.resolutions, self.weights_info,
+                              self._graph_info, self._ctx.describe() if self._ctx else "",
+                              extras)
+
+    @property
+    def graphs(self) -> list[GraphInfo]:
+        return list(self._graph_info)
+
+    def address(self, name: str) -> int:
+        """Device address of buffer or state ``name`` (for interop, e.g. with torch)."""
+        self._check_open()
+        if name in self.addresses.buffers:
+            return self.addresses.buffers[name]
+        if name in self.addresses.states:
+            return self.addresses.states[name]
+        raise CallerError(f"unknown buffer or state `{name}`")
+
+    @property
+    def stream_handle(self) -> int:
+        return self._stream.id  # type: ignore[union-attr]
+
+    # -- teardown --------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CallerError("this runtime was closed")
+
+    def close(self) -> None:
+        """Release graphs, staging, modules, memory and the context reference. Idempotent."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        first: BaseException | None = None
+
+        def attempt(fn):
+            nonlocal first
+            try:
+                fn()
+            except BaseException as e:  # keep releasing; report the first failure
+                if first is None:
+                    first = e
+
+        if self._stream is not None:
+            attempt(self._stream.synchronize)
+        for g in self._graphs.values():
+            attempt(g.destroy)
+        self._graphs.clear()
+        self._eager.clear()
+        for pinned, ev in self._staging.values():
+            attempt(pinned.free)
+            attempt(ev.destroy)
+        self._staging.clear()
+        for pinned in self._read_staging.values():
+            attempt(pinned.free)
+        self._read_staging.clear()
+        if self._lt is not None:
+            attempt(self._lt.close)
+        if self._modules is not None:
+            attempt(self._modules.unload)
+        if self._arena is not None:
+            attempt(self._arena.free)
+        if self._stream is not None:
+            attempt(self._stream.destroy)
+        if self._ctx is not None:
+            attempt(self._ctx.release)
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort; explicit close() is the contract
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(usable, reason): whether a CUDA device and driver are present. Never raises."""
+    from .cuda.driver import probe
+    return probe()
+
