@@ -69,7 +69,9 @@ static int read_layout(kcap_func_t *f, void *h) {
         if (!f->fn) break;
         r = kdrv.FuncGetParamInfo(f->fn, (size_t)n, &off, &sz);
       } else {
-        if (!f->is_kernel || !kdrv.KernelGetParamInfo) break;
+        /* Also for handles that passed as CUfunction: if the function path
+         * failed, the handle may still be a library kernel. */
+        if (!kdrv.KernelGetParamInfo) break;
         r = kdrv.KernelGetParamInfo((CUkernel)h, (size_t)n, &off, &sz);
       }
       if (r == CUDA_ERROR_INVALID_VALUE) {
@@ -120,7 +122,7 @@ static void module_handles(void *h, int is_kernel, CUfunction fn, uintptr_t *mod
   CUlibrary l = NULL;
   *mod = *lib = 0;
   if (fn && kdrv.FuncGetModule(&m, fn) == CUDA_SUCCESS) *mod = (uintptr_t)m;
-  if (is_kernel && kdrv.KernelGetLibrary && kdrv.KernelGetLibrary(&l, (CUkernel)h) == CUDA_SUCCESS)
+  if ((is_kernel || !*mod) && kdrv.KernelGetLibrary && kdrv.KernelGetLibrary(&l, (CUkernel)h) == CUDA_SUCCESS)
     *lib = (uintptr_t)l;
 }
 

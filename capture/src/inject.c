@@ -18,6 +18,7 @@
  *   KERN_CAPTURE_FILTER        record only launches whose name contains this
  *   KERN_CAPTURE_DISABLE=1     load but record nothing
  */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -30,7 +31,10 @@
 
 kcap_cfg_t kcfg = {1, 1, 0, NULL};
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Recursive: a driver call we make inside a callback can load a module (lazy
+ * loading), and that MODULE_LOADED callback arrives on the same thread while we
+ * hold the lock. */
+static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static CUpti_SubscriberHandle g_sub;
 static int g_active;
 static uint64_t g_seq, g_recorded, g_dropped;
@@ -102,20 +106,15 @@ static void bind_exit(CUpti_CallbackId id, const void *p) {
   case CUPTI_DRIVER_TRACE_CBID_cuModuleGetFunction:
     kcap_bind_pending((uintptr_t)((const cuModuleGetFunction_params *)p)->hmod);
     break;
-  case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
-    CUlibrary lib = *((const cuLibraryLoadData_params *)p)->library;
-    CUmodule m = NULL;
-    kcap_bind_pending((uintptr_t)lib);
-    if (kdrv.LibraryGetModule && kdrv.LibraryGetModule(&m, lib) == CUDA_SUCCESS) kcap_bind_pending((uintptr_t)m);
+  /* Library loads: bind the library handle only.  Asking for its CUmodule here
+   * (cuLibraryGetModule) would force every lazily loaded library to load -
+   * every fatbin of every CUDA library in the process. */
+  case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
+    kcap_bind_pending((uintptr_t)*((const cuLibraryLoadData_params *)p)->library);
     break;
-  }
-  case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile: {
-    CUlibrary lib = *((const cuLibraryLoadFromFile_params *)p)->library;
-    CUmodule m = NULL;
-    kcap_bind_pending((uintptr_t)lib);
-    if (kdrv.LibraryGetModule && kdrv.LibraryGetModule(&m, lib) == CUDA_SUCCESS) kcap_bind_pending((uintptr_t)m);
+  case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile:
+    kcap_bind_pending((uintptr_t)*((const cuLibraryLoadFromFile_params *)p)->library);
     break;
-  }
   case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel:
     kcap_bind_pending((uintptr_t)((const cuLibraryGetKernel_params *)p)->library);
     break;
@@ -161,15 +160,16 @@ static void on_resource(CUpti_CallbackId id, const CUpti_ResourceData *rd) {
 
 static void CUPTIAPI callback(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId id, const void *data) {
   (void)ud;
-  if (t_in_cb || !g_active) return;
+  if (!g_active) return;
   if (dom == CUPTI_CB_DOMAIN_RESOURCE) {
-    t_in_cb = 1;
+    /* Never suppressed: a module loaded by one of our own driver calls must
+     * still be indexed (and becomes pending for the call being handled). */
     pthread_mutex_lock(&g_lock);
     if (g_active) on_resource(id, data);
     pthread_mutex_unlock(&g_lock);
-    t_in_cb = 0;
     return;
   }
+  if (t_in_cb) return; /* a driver call made by this library itself */
   if (dom != CUPTI_CB_DOMAIN_DRIVER_API) return;
   const CUpti_CallbackData *cd = data;
   if (cd->callbackSite == CUPTI_API_ENTER) {
