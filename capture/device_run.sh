@@ -161,8 +161,8 @@ package() { # package NAME CAPDIR SIDECAR
   fi
   ls -l "$OUT/$n.tar.xz"
 }
-phase package_qwen3 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package qwen3-4b-random $WORK/cap-qwen3 $WORK/qwen3.sidecar.json"
-[ -f "$GGUF" ] && phase package_smollm2 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package smollm2 $WORK/cap-smollm2 $WORK/smollm2.sidecar.json"
+want package && phase package_qwen3 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package qwen3-4b-random $WORK/cap-qwen3 $WORK/qwen3.sidecar.json"
+[ -f "$GGUF" ] && want package && phase package_smollm2 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package smollm2 $WORK/cap-smollm2 $WORK/smollm2.sidecar.json"
 if [ -d "$WORK/gt" ]; then
   tar -C "$WORK" --exclude=gt/gt -cf - gt | xz -T0 -6 > "$OUT/gt.tar.xz"
 fi
