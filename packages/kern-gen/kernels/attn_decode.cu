@@ -1,0 +1,253 @@
+// kern own kernels: split-KV causal GQA attention for few query rows (decode).  See ABI.md.
+//
+// Step 1, kern_attn_decode_partial_bf16_d{64,128}: grid (n_kv_heads, S, tokens), block (128).
+//   Block (hk, s, t) handles query row t (position pos0 + t, kv_len = pos0 + t + 1 visible keys)
+//   for every query head of kv head hk, over keys [s*chunk, min((s+1)*chunk, kv_len)),
+//   chunk = ceil(kv_len / S) decided at run time from pos0 (read from device memory).
+//   It writes the split's running max m (log2 domain), sum l and unnormalised accumulator
+//   to f32 scratch.
+// Step 2, kern_attn_decode_reduce_bf16_d{64,128}: grid (n_q_heads, tokens), block (D): merges
+//   the S splits and writes out[t, h, :] as bf16.
+//
+// Scratch layout (private to the impl, f32):
+//   part_ml [tokens, n_q_heads, S, 2]  (m, l)
+//   part_acc[tokens, n_q_heads, S, D]
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math_constants.h>
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxG = 4;     // query heads handled per pass over the keys
+constexpr int kUnroll = 4;   // keys in flight per key group
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& w, float (&f)[8]) {
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        f[2 * k] = __uint_as_float(ws[k] << 16);
+        f[2 * k + 1] = __uint_as_float(ws[k] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 ldg_nc(const __nv_bfloat16* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// D: head dim; G: query heads of this pass (1..kMaxG); first query head qh0.
+template <int D, int G>
+__device__ __forceinline__ void decode_pass(
+    const __nv_bfloat16* __restrict__ q, int q_row_stride,
+    const __nv_bfloat16* __restrict__ kp, const __nv_bfloat16* __restrict__ vp,
+    int64_t k_stride_slot, int64_t v_stride_slot,
+    int t, int qh0, int n_q_heads, int split, int splits,
+    int k_begin, int k_end, float scale_log2,
+    float* __restrict__ part_ml, float* __restrict__ part_acc,
+    float* sm_m, float* sm_l, float* sm_acc)
+{
+    constexpr int LPK = D / 8;              // lanes per key (8 dims each)
+    constexpr int NG = kThreads / LPK;      // key groups per block
+    const int tid = threadIdx.x;
+    const int kg = tid / LPK;
+    const int sub = tid % LPK;
+
+    float qf[G][8];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        const uint4 w = *reinterpret_cast<const uint4*>(
+            q + (int64_t)t * q_row_stride + (int64_t)(qh0 + h) * D + sub * 8);
+        bf16x8_to_f32(w, qf[h]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) qf[h][j] *= scale_log2;
+    }
+    float m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        m[h] = -CUDART_INF_F;
+        l[h] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[h][j] = 0.f;
+    }
+
+    for (int base = k_begin + kg; base < k_end; base += NG * kUnroll) {
+        uint4 kr[kUnroll], vr[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int key = base + u * NG;
+            if (key < k_end) {
+                kr[u] = ldg_nc(kp + (int64_t)key * k_stride_slot + sub * 8);
+                vr[u] = ldg_nc(vp + (int64_t)key * v_stride_slot + sub * 8);
+            } else {
+                kr[u] = make_uint4(0u, 0u, 0u, 0u);
+                vr[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        float s[kUnroll][G];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            float kf[8];
+            bf16x8_to_f32(kr[u], kf);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float d = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) d = fmaf(qf[h][j], kf[j], d);
+#pragma unroll
+                for (int off = LPK / 2; off > 0; off >>= 1)
+                    d += __shfl_xor_sync(0xffffffffu, d, off);
+                s[u][h] = (base + u * NG < k_end) ? d : -CUDART_INF_F;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            float mx = s[0][h];
+#pragma unroll
+            for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
+            const float m_new = fmaxf(m[h], mx);   // finite: key `base` is valid
+            const float corr = exp2f(m[h] - m_new);
+            float p[kUnroll];
+            float ps = 0.f;
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) { p[u] = exp2f(s[u][h] - m_new); ps += p[u]; }
+            l[h] = l[h] * corr + ps;
+            m[h] = m_new;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[h][j] *= corr;
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                float vf[8];
+                bf16x8_to_f32(vr[u], vf);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[h][j] = fmaf(p[u], vf[j], acc[h][j]);
+            }
+        }
+    }
+
+    // merge the NG key groups of this block
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (sub == 0) { sm_m[kg * kMaxG + h] = m[h]; sm_l[kg * kMaxG + h] = l[h]; }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sm_acc[(kg * kMaxG + h) * D + sub * 8 + j] = acc[h][j];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * D; idx += kThreads) {
+        const int h = idx / D, d = idx % D;
+        float M = -CUDART_INF_F;
+#pragma unroll 4
+        for (int g = 0; g < NG; ++g) M = fmaxf(M, sm_m[g * kMaxG + h]);
+        float a = 0.f, L = 0.f;
+        if (M != -CUDART_INF_F) {
+#pragma unroll 4
+            for (int g = 0; g < NG; ++g) {
+                const float mg = sm_m[g * kMaxG + h];
+                const float w = (mg == -CUDART_INF_F) ? 0.f : exp2f(mg - M);
+                a = fmaf(sm_acc[(g * kMaxG + h) * D + d], w, a);
+                L = fmaf(sm_l[g * kMaxG + h], w, L);
+            }
+        }
+        const int64_t row = ((int64_t)t * n_q_heads + qh0 + h) * splits + split;
+        part_acc[row * D + d] = a;
+        if (d == 0) { part_ml[row * 2] = M; part_ml[row * 2 + 1] = L; }
+    }
+    __syncthreads();   // shared memory is reused by the next pass
+}
+
+template <int D>
+__device__ __forceinline__ void decode_partial(
+    const __nv_bfloat16* __restrict__ q,
+    const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ pos0_ptr,
+    float* __restrict__ part_ml, float* __restrict__ part_acc,
+    int q_row_stride,
+    int64_t k_stride_slot, int64_t k_stride_head,
+    int64_t v_stride_slot, int64_t v_stride_head,
+    int n_q_heads, int n_kv_heads, float scale)
+{
+    constexpr int LPK = D / 8;
+    constexpr int NG = kThreads / LPK;
+    __shared__ float sm_m[NG * kMaxG];
+    __shared__ float sm_l[NG * kMaxG];
+    __shared__ float sm_acc[NG * kMaxG * D];
+
+    const int hk = blockIdx.x;
+    const int split = blockIdx.y, splits = gridDim.y;
+    const int t = blockIdx.z;
+    const int kv_len = *pos0_ptr + t + 1;
+    const int chunk = (kv_len + splits - 1) / splits;
+    const int k_begin = min(split * chunk, kv_len);
+    const int k_end = min(k_begin + chunk, kv_len);
+    const int group = n_q_heads / n_kv_heads;
+    const float scale_log2 = scale * kLog2e;
+    const __nv_bfloat16* kp = k_cache + (int64_t)hk * k_stride_head;
+    const __nv_bfloat16* vp = v_cache + (int64_t)hk * v_stride_head;
+
+    for (int g0 = 0; g0 < group; g0 += kMaxG) {
+        const int qh0 = hk * group + g0;
+        const int G = min(kMaxG, group - g0);
+#define KERN_PASS(GG)                                                                     \
+        decode_pass<D, GG>(q, q_row_stride, kp, vp, k_stride_slot, v_stride_slot, t, qh0,  \
+                           n_q_heads, split, splits, k_begin, k_end, scale_log2, part_ml,  \
+                           part_acc, sm_m, sm_l, sm_acc)
+        switch (G) {
+            case 1: KERN_PASS(1); break;
+            case 2: KERN_PASS(2); break;
+            case 3: KERN_PASS(3); break;
+            default: KERN_PASS(4); break;
+        }
+#undef KERN_PASS
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void decode_reduce(
+    const float* __restrict__ part_ml, const float* __restrict__ part_acc,
+    __nv_bfloat16* __restrict__ out, int n_q_heads, int splits)
+{
+    const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    if (d >= D) return;
+    const int64_t row0 = ((int64_t)t * n_q_heads + h) * splits;
+    float M = -CUDART_INF_F;
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, part_ml[(row0 + s) * 2]);
+    float a = 0.f, L = 0.f;
+    for (int s = 0; s < splits; ++s) {
+        const float ms = part_ml[(row0 + s) * 2];
+        if (ms == -CUDART_INF_F) continue;   // empty split
+        const float w = exp2f(ms - M);
+        L = fmaf(part_ml[(row0 + s) * 2 + 1], w, L);
+        a = fmaf(part_acc[(row0 + s) * D + d], w, a);
+    }
+    out[((int64_t)t * n_q_heads + h) * D + d] = __float2bfloat16(a / L);
+}
+
+}  // namespace
+
+#define KERN_DECODE_SYMBOLS(D)                                                            \
+extern "C" __global__ void __launch_bounds__(kThreads)                                   \
+kern_attn_decode_partial_bf16_d##D(                                                       \
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,       \
+    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ pos0,              \
+    float* __restrict__ part_ml, float* __restrict__ part_acc, int q_row_stride,          \
+    int64_t k_stride_slot, int64_t k_stride_head, int64_t v_stride_slot,                  \
+    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale)                    \
+{                                                                                         \
+    decode_partial<D>(q, k_cache, v_cache, pos0, part_ml, part_acc, q_row_stride,         \
+                      k_stride_slot, k_stride_head, v_stride_slot, v_stride_head,         \
+                      n_q_heads, n_kv_heads, scale);                                      \
+}                                                                                         \
+extern "C" __global__ void __launch_bounds__(D)                                          \
+kern_attn_decode_reduce_bf16_d##D(                                                        \
+    const float* __restrict__ part_ml, const float* __restrict__ part_acc,                \
+    __nv_bfloat16* __restrict__ out, int n_q_heads, int splits)                           \
+{                                                                                         \
+    decode_reduce<D>(part_ml, part_acc, out, n_q_heads, splits);                          \
+}
+
+KERN_DECODE_SYMBOLS(64)
+KERN_DECODE_SYMBOLS(128)

@@ -1,0 +1,280 @@
+// kern own kernels: tiled causal GQA flash attention (prefill chunks).  See ABI.md.
+//
+// kern_attn_prefill_bf16_d{64,128}: grid (ceil_div(tokens, 64), n_q_heads), block (128),
+// dynamic shared memory 81920 (d128) / 40960 (d64) bytes.
+//
+// Block (x, h) computes 64 query rows of head h: row block mb = gridDim.x - 1 - x (the
+// longest rows start first).  Query row i sits at position pos0 + i and sees keys
+// 0..pos0+i.  Four warps own 16 rows each; S = Q·Kᵀ and O += P·V run on tensor cores
+// (mma.sync m16n8k16 bf16 → f32), online softmax in f32 (log2 domain), K/V tiles of 64
+// keys double-buffered in shared memory with cp.async (XOR-swizzled 16-byte chunks).
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math_constants.h>
+
+namespace {
+
+constexpr int kBM = 64;
+constexpr int kBN = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// element offset of 16-byte chunk c of row `row` in a [rows][D] bf16 tile
+template <int D>
+__device__ __forceinline__ int swz(int row, int c) {
+    return row * D + ((c ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    const int n = valid ? 16 : 0;   // 0: zero-fill, nothing read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* smem) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* smem) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // .x (low 16 bits) = lo
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int D>
+__device__ __forceinline__ void prefill(
+    const __nv_bfloat16* __restrict__ q,
+    const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ pos0_ptr,
+    __nv_bfloat16* __restrict__ out,
+    int q_row_stride,
+    int64_t k_stride_slot, int64_t k_stride_head,
+    int64_t v_stride_slot, int64_t v_stride_head,
+    int n_q_heads, int n_kv_heads, int tokens, float scale)
+{
+    constexpr int CPR = D / 8;          // 16-byte chunks per row
+    constexpr int KS = D / 16;          // k16 steps over the head dim
+    constexpr int ND = D / 8;           // n8 blocks of the output
+    constexpr int NS = kBN / 8;         // n8 blocks of a score tile
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+    __nv_bfloat16* sK = sQ + kBM * D;            // 2 buffers of kBN * D
+    __nv_bfloat16* sV = sK + 2 * kBN * D;        // 2 buffers of kBN * D
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int mb = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y;
+    const int hk = h / (n_q_heads / n_kv_heads);
+    const int r0 = mb * kBM;
+    if (r0 >= tokens) return;
+    const int pos0 = *pos0_ptr;
+    const int rows_here = min(kBM, tokens - r0);
+    const int kv_end = pos0 + r0 + rows_here;            // keys [0, kv_end) are needed
+    const int n_tiles = (kv_end + kBN - 1) / kBN;
+    const __nv_bfloat16* kp = k_cache + (int64_t)hk * k_stride_head;
+    const __nv_bfloat16* vp = v_cache + (int64_t)hk * v_stride_head;
+
+    // Q tile (rows beyond `tokens` zero-filled)
+    for (int i = tid; i < kBM * CPR; i += kThreads) {
+        const int row = i / CPR, c = i % CPR;
+        const bool valid = r0 + row < tokens;
+        const __nv_bfloat16* src = valid ? q + (int64_t)(r0 + row) * q_row_stride + (int64_t)h * D + c * 8 : q;
+        cp_async16(sQ + swz<D>(row, c), src, valid);
+    }
+    auto load_kv = [&](int tile, int buf) {
+        __nv_bfloat16* dK = sK + buf * kBN * D;
+        __nv_bfloat16* dV = sV + buf * kBN * D;
+        for (int i = tid; i < kBN * CPR; i += kThreads) {
+            const int row = i / CPR, c = i % CPR;
+            const int key = tile * kBN + row;
+            const bool valid = key < kv_end;
+            const __nv_bfloat16* ks = valid ? kp + (int64_t)key * k_stride_slot + c * 8 : k_cache;
+            const __nv_bfloat16* vs = valid ? vp + (int64_t)key * v_stride_slot + c * 8 : v_cache;
+            cp_async16(dK + swz<D>(row, c), ks, valid);
+            cp_async16(dV + swz<D>(row, c), vs, valid);
+        }
+    };
+    load_kv(0, 0);
+    cp_async_commit();
+
+    const float sl2 = scale * kLog2e;
+    const int g = lane >> 2, tg = lane & 3;
+    // absolute positions of this thread's two rows
+    const int row_a = r0 + warp * 16 + g;
+    const int pa = pos0 + row_a, pb = pa + 8;
+    const int block_min_pos = pos0 + r0;
+
+    uint32_t qf[KS][4];
+    float o[ND][4];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_a = -CUDART_INF_F, m_b = -CUDART_INF_F, l_a = 0.f, l_b = 0.f;
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int buf = j & 1;
+        if (j + 1 < n_tiles) {
+            load_kv(j + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = ks * 2 + (lane >> 4);
+                ldsm_x4(qf[ks], sQ + swz<D>(row, c));
+            }
+        }
+        const __nv_bfloat16* tK = sK + buf * kBN * D;
+        const __nv_bfloat16* tV = sV + buf * kBN * D;
+
+        // S = Q Kᵀ
+        float s[NS][4];
+#pragma unroll
+        for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+#pragma unroll
+            for (int np = 0; np < NS / 2; ++np) {
+                uint32_t b[4];
+                const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
+                const int c = ks * 2 + ((lane >> 3) & 1);
+                ldsm_x4(b, tK + swz<D>(row, c));
+                mma16816(s[2 * np], qf[ks], b[0], b[1]);
+                mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+            }
+        }
+
+        // scale into the log2 domain, causal mask
+        const bool need_mask = j * kBN + kBN - 1 > block_min_pos;
+#pragma unroll
+        for (int nb = 0; nb < NS; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nb][e] *= sl2;
+            if (need_mask) {
+                const int key = j * kBN + nb * 8 + 2 * tg;
+                if (key > pa) s[nb][0] = -CUDART_INF_F;
+                if (key + 1 > pa) s[nb][1] = -CUDART_INF_F;
+                if (key > pb) s[nb][2] = -CUDART_INF_F;
+                if (key + 1 > pb) s[nb][3] = -CUDART_INF_F;
+            }
+        }
+
+        // online softmax
+        float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+        for (int nb = 0; nb < NS; ++nb) {
+            mx_a = fmaxf(mx_a, fmaxf(s[nb][0], s[nb][1]));
+            mx_b = fmaxf(mx_b, fmaxf(s[nb][2], s[nb][3]));
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float use_a = (mx_a == -CUDART_INF_F) ? 0.f : mx_a;
+        const float use_b = (mx_b == -CUDART_INF_F) ? 0.f : mx_b;
+        const float corr_a = exp2f(m_a - use_a);
+        const float corr_b = exp2f(m_b - use_b);
+        m_a = mx_a;
+        m_b = mx_b;
+        float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < NS; ++nb) {
+            s[nb][0] = exp2f(s[nb][0] - use_a);
+            s[nb][1] = exp2f(s[nb][1] - use_a);
+            s[nb][2] = exp2f(s[nb][2] - use_b);
+            s[nb][3] = exp2f(s[nb][3] - use_b);
+            sum_a += s[nb][0] + s[nb][1];
+            sum_b += s[nb][2] + s[nb][3];
+        }
+        l_a = l_a * corr_a + sum_a;
+        l_b = l_b * corr_b + sum_b;
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd) {
+            o[nd][0] *= corr_a; o[nd][1] *= corr_a;
+            o[nd][2] *= corr_b; o[nd][3] *= corr_b;
+        }
+
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+            uint32_t a[4];
+            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; ++dp) {
+                uint32_t b[4];
+                const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = dp * 2 + (lane >> 4);
+                ldsm_x4_t(b, tV + swz<D>(row, c));
+                mma16816(o[2 * dp], a, b[0], b[1]);
+                mma16816(o[2 * dp + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();   // buffer `buf` is refilled by the next iteration's prefetch
+    }
+
+    // finish: full row sums across the quad, normalise, store
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    const float inv_a = 1.f / l_a, inv_b = 1.f / l_b;
+    const int row_b = row_a + 8;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+        const int col = nd * 8 + 2 * tg;
+        if (row_a < tokens) {
+            *reinterpret_cast<__nv_bfloat162*>(out + ((int64_t)row_a * n_q_heads + h) * D + col) =
+                __floats2bfloat162_rn(o[nd][0] * inv_a, o[nd][1] * inv_a);
+        }
+        if (row_b < tokens) {
+            *reinterpret_cast<__nv_bfloat162*>(out + ((int64_t)row_b * n_q_heads + h) * D + col) =
+                __floats2bfloat162_rn(o[nd][2] * inv_b, o[nd][3] * inv_b);
+        }
+    }
+}
+
+}  // namespace
+
+#define KERN_PREFILL_SYMBOL(D, MINB)                                                          \
+extern "C" __global__ void __launch_bounds__(kThreads, MINB)                             \
+kern_attn_prefill_bf16_d##D(                                                              \
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,       \
+    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ pos0,              \
+    __nv_bfloat16* __restrict__ out, int q_row_stride, int64_t k_stride_slot,             \
+    int64_t k_stride_head, int64_t v_stride_slot, int64_t v_stride_head,                  \
+    int n_q_heads, int n_kv_heads, int tokens, float scale)                               \
+{                                                                                         \
+    prefill<D>(q, k_cache, v_cache, pos0, out, q_row_stride, k_stride_slot,               \
+               k_stride_head, v_stride_slot, v_stride_head, n_q_heads, n_kv_heads,        \
+               tokens, scale);                                                            \
+}
+
+KERN_PREFILL_SYMBOL(64, 3)
+KERN_PREFILL_SYMBOL(128, 2)

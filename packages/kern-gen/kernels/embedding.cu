@@ -1,0 +1,28 @@
+// kern own kernel: embedding gather.  See ABI.md for the contract.
+//
+//   out[t, :] = table[ids[t], :]      (ids outside [0, vocab) give a zero row)
+//
+// Grid (tokens, 1, 1), block (256, 1, 1).  hidden must be a multiple of 8 and table/out
+// 16-byte aligned: every thread moves 16-byte vectors.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+extern "C" __global__ void __launch_bounds__(256)
+kern_embedding_bf16(const int64_t* __restrict__ ids,
+                    const __nv_bfloat16* __restrict__ table,
+                    __nv_bfloat16* __restrict__ out,
+                    int hidden,
+                    int vocab)
+{
+    const int t = blockIdx.x;
+    const int64_t id = ids[t];
+    const int nvec = hidden >> 3;                     // 8 bf16 per 16-byte vector
+    uint4* dst = reinterpret_cast<uint4*>(out + (int64_t)t * hidden);
+    if (id < 0 || id >= (int64_t)vocab) {
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        for (int i = threadIdx.x; i < nvec; i += blockDim.x) dst[i] = z;
+        return;
+    }
+    const uint4* src = reinterpret_cast<const uint4*>(table + id * (int64_t)hidden);
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) dst[i] = __ldg(src + i);
+}
