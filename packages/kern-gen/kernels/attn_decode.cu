@@ -74,7 +74,10 @@ __device__ __forceinline__ void decode_pass(
         for (int j = 0; j < 8; ++j) acc[h][j] = 0.f;
     }
 
-    for (int base = k_begin + kg; base < k_end; base += NG * kUnroll) {
+    // The loop bound is block-uniform (warp shuffles below need every lane); a lane's keys
+    // are it + u*NG + kg, masked when >= k_end.
+    for (int it = k_begin; it < k_end; it += NG * kUnroll) {
+        const int base = it + kg;
         uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -108,12 +111,14 @@ __device__ __forceinline__ void decode_pass(
             float mx = s[0][h];
 #pragma unroll
             for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
-            const float m_new = fmaxf(m[h], mx);   // finite: key `base` is valid
-            const float corr = exp2f(m[h] - m_new);
+            const float m_new = fmaxf(m[h], mx);
+            // -inf when this key group has seen no valid key yet: keep everything at 0
+            const float m_use = (m_new == -CUDART_INF_F) ? 0.f : m_new;
+            const float corr = exp2f(m[h] - m_use);
             float p[kUnroll];
             float ps = 0.f;
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) { p[u] = exp2f(s[u][h] - m_new); ps += p[u]; }
+            for (int u = 0; u < kUnroll; ++u) { p[u] = exp2f(s[u][h] - m_use); ps += p[u]; }
             l[h] = l[h] * corr + ps;
             m[h] = m_new;
 #pragma unroll

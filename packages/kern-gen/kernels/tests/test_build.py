@@ -1,0 +1,135 @@
+"""CPU tests of kern's own kernels: the build is reproducible, and every cubin exports exactly
+the ``extern "C"`` symbols ABI.md documents, with the parameter layout its manifest example
+declares.  Needs nvcc (skipped cleanly without it); no GPU."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cubin import Cubin  # noqa: E402
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", KERNELS / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _load_build()
+NVCC = build.find_nvcc()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
+ABI = (KERNELS / "ABI.md").read_text()
+SLOT = {"i32": 4, "u32": 4, "f32": 4, "i64": 8, "u8": 1}
+
+
+def abi_table() -> dict[str, set[str]]:
+    """``{cubin: {symbols}}`` from the table at the top of ABI.md."""
+    table = {}
+    for line in ABI.splitlines():
+        m = re.match(r"^\| `([a-z_0-9]+\.cubin)` \| (.*) \|$", line)
+        if m:
+            table[m.group(1)] = set(re.findall(r"`([A-Za-z_0-9]+)`", m.group(2)))
+    return table
+
+
+def example_manifest() -> dict:
+    blocks = re.findall(r"```json\n(.*?)```", ABI, re.S)
+    assert len(blocks) == 1, "ABI.md holds one example manifest"
+    return json.loads(blocks[0])
+
+
+def layout(params: list[str]) -> list[tuple[int, int]]:
+    """Naturally aligned (offset, size) of a flat C parameter list."""
+    out, off = [], 0
+    for p in params:
+        p = p.strip()
+        size = SLOT.get(p, 8)   # buffers and pointers are 8 bytes
+        off = (off + size - 1) // size * size
+        out.append((off, size))
+        off += size
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    out = tmp_path_factory.mktemp("cubins")
+    return out, build.build(out, NVCC)
+
+
+def test_sources_and_table_agree():
+    sources = {p.stem + ".cubin" for p in build.sources()}
+    assert sources == set(abi_table()), "one ABI.md table row per kernel source"
+
+
+@needs_nvcc
+def test_build_is_reproducible(built, tmp_path):
+    out1, digests1 = built
+    out2 = tmp_path / "again"
+    digests2 = build.build(out2, NVCC)
+    assert digests1 == digests2
+    for name in digests1:
+        assert (out1 / name).read_bytes() == (out2 / name).read_bytes(), name
+
+
+@needs_nvcc
+def test_verbose_build_gives_the_same_cubins(built, tmp_path, capsys):
+    out1, digests1 = built
+    assert build.main([str(tmp_path / "v"), "--verbose"]) == 0
+    printed = capsys.readouterr()
+    for name, digest in digests1.items():
+        assert f"{digest}  {name}" in printed.out
+    assert "spill" in printed.err
+
+
+@needs_nvcc
+def test_every_documented_symbol_is_exported_unmangled(built):
+    out, _ = built
+    for cubin, symbols in abi_table().items():
+        funcs = Cubin.read(out / cubin).global_functions()
+        assert symbols == funcs, f"{cubin}: ABI.md lists {sorted(symbols)}, cubin has {sorted(funcs)}"
+        assert not any(f.startswith("_Z") for f in funcs)
+
+
+@needs_nvcc
+def test_example_steps_match_cubin_layouts(built):
+    out, _ = built
+    seen = set()
+    for kname, kernel in example_manifest()["kernels"].items():
+        for step in kernel["impl"]["steps"]:
+            cub = Cubin.read(out / step["cubin"])
+            assert step["symbol"] in cub.global_functions(), (kname, step["symbol"])
+            assert cub.param_layout(step["symbol"]) == layout(step["params"]), (kname, step["symbol"])
+            seen.add(step["symbol"])
+    # the other head_dim variants share the layout of the documented one
+    for cubin, symbols in abi_table().items():
+        cub = Cubin.read(out / cubin)
+        for sym in symbols - seen:
+            twin = re.sub(r"_d64$", "_d128", sym)
+            assert twin in seen, f"{sym} has no documented twin"
+            assert cub.param_layout(sym) == cub.param_layout(twin), sym
+
+
+def test_documented_param_lists_match_example():
+    """The bracketed parameter lists in the prose equal the example's step params."""
+    doc_lists = {tuple(json.loads(m)) for m in re.findall(r"^`(\[\"[^`]*\])`", ABI, re.M)}
+    steps = {tuple(s["params"]) for k in example_manifest()["kernels"].values()
+             for s in k["impl"]["steps"]}
+    assert steps <= doc_lists
+
+
+def test_example_manifest_verifies_clean():
+    km = pytest.importorskip("kern_manifest")
+    text = re.findall(r"```json\n(.*?)```", ABI, re.S)[0]
+    diags = km.verify(km.decode(text))
+    assert not diags, km.render_human(diags, text)
