@@ -16,18 +16,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-@pytest.fixture(scope="session")
+_PROBE: tuple[bool, str] | None = None
+
+
 def gpu_probe() -> tuple[bool, str]:
-    from kern_runtime import gpu_available
-    return gpu_available()
+    """(usable, reason), probed once: cuInit succeeds and a device is present."""
+    global _PROBE
+    if _PROBE is None:
+        from kern_runtime import gpu_available
+        _PROBE = gpu_available()
+    return _PROBE
 
 
-@pytest.fixture(autouse=True)
-def _skip_without_gpu(request, gpu_probe):
-    if request.node.get_closest_marker("gpu") is not None:
-        ok, why = gpu_probe
-        if not ok:
-            pytest.skip(f"no usable GPU: {why}")
+def pytest_collection_modifyitems(config, items):
+    # A skip marker (not a fixture) so that module-scoped GPU fixtures never run without a GPU.
+    gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    ok, why = gpu_probe()
+    if not ok:
+        skip = pytest.mark.skip(reason=f"no usable GPU: {why}")
+        for it in gpu_items:
+            it.add_marker(skip)
 
 
 _NP_TO_ST = {"<u2": "BF16", "<f2": "F16", "<f4": "F32", "<i4": "I32", "<u4": "U32",
