@@ -29,11 +29,12 @@ def fit_under(tokens: Sequence[int | None], s: Series, min_distinct: int) -> Fit
         if t is not None and v is not None:
             ts.append(t)
             vs.append(v)
-    if not ts:
+    if not ts:  # no token reference: only a constant can be stated
         vals = {v for v in s.values if v is not None}
         if len(vals) == 1:
-            return fit_series((0,), (vals.pop(),), min_distinct)
-        return Fit("unfittable", reason="no forward has both a token count and this value")
+            c = vals.pop()
+            return Fit("constant", c, str(c), 0, reason="one value; no token reference")
+        return Fit("unfittable", reason="varies, and no token reference")
     return fit_series(tuple(ts), tuple(vs), min_distinct)
 
 
