@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Benchmark kern's own kernels against their torch equivalents on the GPU.
+
+    KERN_KERNELS_CUBINS=DIR python3 packages/kern-gen/kernels/bench.py
+
+Each measurement replays a CUDA graph of INNER launches (cupy stream capture for kern's
+kernels, torch.cuda.graph for torch) and takes the median over REPS replays, timed with CUDA
+events: device time, no host launch overhead.  Attention and argmax rotate over several
+distinct buffers (> L2) so that every launch reads from HBM.  Prints a short table last.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import _gpu  # noqa: E402
+
+INNER = 20
+REPS = 30
+ROWS = []
+
+
+def time_cupy(launches) -> float:
+    """Median µs per pass over ``launches`` (a list of no-arg callables), graph-replayed."""
+    torch.cuda.synchronize()                 # inputs were written on torch's stream
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        for f in launches:
+            f()
+        s.synchronize()
+        try:
+            s.begin_capture()
+            for _ in range(INNER):
+                for f in launches:
+                    f()
+            graph = s.end_capture()
+            run = lambda: graph.launch(s)  # noqa: E731
+            per = INNER * len(launches)
+        except Exception as exc:  # pragma: no cover - fallback
+            print(f"  (cupy graph capture failed: {exc!r}; timing eager launches)")
+            run = lambda: [f() for _ in range(INNER) for f in launches]  # noqa: E731
+            per = INNER * len(launches)
+        run()
+        s.synchronize()
+        times = []
+        for _ in range(REPS):
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(s)
+            run()
+            e1.record(s)
+            e1.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / per)
+    return statistics.median(times)
+
+
+def time_torch(launches) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in launches:
+            f()
+    torch.cuda.synchronize()
+    per = INNER * len(launches)
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(INNER):
+                for f in launches:
+                    f()
+        run = g.replay
+    except Exception as exc:  # pragma: no cover - fallback
+        print(f"  (torch graph capture failed: {exc!r}; timing eager)")
+        run = lambda: [f() for _ in range(INNER) for f in launches]  # noqa: E731
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        run()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e3 / per)
+    return statistics.median(times)
+
+
+def row(what, ours_us, torch_us, unit, amount):
+    """amount: bytes (GB/s) or flops (TFLOP/s) per launch."""
+    if unit == "GB/s":
+        rate = lambda us: amount / (us * 1e-6) / 1e9  # noqa: E731
+    else:
+        rate = lambda us: amount / (us * 1e-6) / 1e12  # noqa: E731
+    ROWS.append((what, ours_us, rate(ours_us), torch_us, rate(torch_us) if torch_us else None, unit))
+    t = f"{torch_us:9.2f} us {rate(torch_us):9.1f}" if torch_us else "        -"
+    print(f"{what:44s} kern {ours_us:9.2f} us {rate(ours_us):9.1f} {unit} | torch {t}", flush=True)
+
+
+def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    caches = [_gpu.make_cache(torch, "slot_major_padded", ctx, n_kv, d, ctx, g, dev)
+              for _ in range(layers)]
+    qkv, q, qs = _gpu.make_q(torch, 1, n_q, n_kv, d, g, dev)
+    pos = torch.tensor([ctx - 1], dtype=torch.int32, device=dev)
+    out = torch.empty((1, n_q, d), dtype=torch.bfloat16, device=dev)
+    scale = 1 / math.sqrt(d)
+    nbytes = 2 * ctx * n_kv * d * 2
+    best = None
+    for S in splits_list:
+        pm = torch.empty((1, n_q, S, 2), dtype=torch.float32, device=dev)
+        pa = torch.empty((1, n_q, S, d), dtype=torch.float32, device=dev)
+        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], pos, pm, pa, out, n_q, n_kv,
+                                                S, scale, 1)) for c in caches]
+        us = time_cupy(launches)
+        print(f"  decode {n_q}q/{n_kv}kv d{d} ctx {ctx} S={S}: {us:.2f} us "
+              f"{nbytes / us / 1e3:.1f} GB/s", flush=True)
+        if best is None or us < best[0]:
+            best = (us, S)
+    # torch: SDPA on contiguous [1, H, ctx, d] K/V (its preferred layout), GQA
+    kv = [(torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
+           torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
+    qt = torch.randn((1, n_q, 1, d), device=dev, dtype=torch.bfloat16)
+    try:
+        tus = time_torch([(lambda a=a: F.scaled_dot_product_attention(qt, a[0], a[1],
+                                                                      enable_gqa=True))
+                          for a in kv])
+    except Exception as exc:
+        print(f"  torch SDPA decode failed: {exc!r}")
+        tus = None
+    row(f"attn decode {n_q}q/{n_kv}kv d{d} ctx{ctx} (S={best[1]})", best[0], tus, "GB/s", nbytes)
+    del caches, kv
+    torch.cuda.empty_cache()
+
+
+def bench_prefill(k, n_q, n_kv, d, tokens):
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(1)
+    _, kc, vc = _gpu.make_cache(torch, "slot_major_padded", tokens, n_kv, d, tokens, g, dev)
+    qkv, q, qs = _gpu.make_q(torch, tokens, n_q, n_kv, d, g, dev)
+    pos = torch.zeros((1,), dtype=torch.int32, device=dev)
+    out = torch.empty((tokens, n_q, d), dtype=torch.bfloat16, device=dev)
+    scale = 1 / math.sqrt(d)
+    flops = 4 * n_q * d * tokens * (tokens + 1) / 2
+    us = time_cupy([lambda: k.attn_prefill(q, qs, kc, vc, pos, out, n_q, n_kv, tokens, scale)])
+    qt = torch.randn((1, n_q, tokens, d), device=dev, dtype=torch.bfloat16)
+    kt = torch.randn((1, n_kv, tokens, d), device=dev, dtype=torch.bfloat16)
+    vt = torch.randn((1, n_kv, tokens, d), device=dev, dtype=torch.bfloat16)
+    try:
+        tus = time_torch([lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
+                                                                 enable_gqa=True)])
+    except Exception as exc:
+        print(f"  torch SDPA prefill failed: {exc!r}")
+        tus = None
+    row(f"attn prefill {n_q}q/{n_kv}kv d{d} T{tokens} causal", us, tus, "TFLOP/s", flops)
+
+
+def bench_argmax(k, vocab=151936, copies=64):
+    dev = "cuda"
+    logits = [torch.randn((1, vocab), device=dev).to(torch.bfloat16) for _ in range(copies)]
+    pv = torch.empty((1, 64), dtype=torch.float32, device=dev)
+    pi = torch.empty((1, 64), dtype=torch.int32, device=dev)
+    out = torch.empty((1,), dtype=torch.int64, device=dev)
+    us = time_cupy([(lambda x=x: k.argmax(x, pv, pi, out, 64)) for x in logits])
+    tus = time_torch([(lambda x=x: torch.argmax(x, dim=-1)) for x in logits])
+    row(f"argmax 1x{vocab} (2 kernels, P=64)", us, tus, "GB/s", vocab * 2)
+
+
+def bench_embedding(k, tokens, vocab=151936, hidden=2560):
+    dev = "cuda"
+    table = torch.randn((vocab, hidden), device=dev).to(torch.bfloat16)
+    ids = torch.randint(0, vocab, (tokens,), device=dev)
+    out = torch.empty((tokens, hidden), dtype=torch.bfloat16, device=dev)
+    us = time_cupy([lambda: k.embedding(ids, table, out)])
+    tus = time_torch([lambda: F.embedding(ids, table)])
+    row(f"embedding T{tokens} hidden{hidden}", us, tus, "GB/s", 2 * tokens * hidden * 2)
+
+
+def main() -> int:
+    t0 = time.time()
+    k = _gpu.Kernels(_gpu.cubin_dir())
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
+    for ctx in (512, 2048, 4096):
+        bench_decode(k, 32, 8, 128, ctx, (16, 32, 48, 64, 96))
+    for ctx in (512, 2048, 4096):
+        bench_decode(k, 9, 3, 64, ctx, (32, 64, 128, 192))
+    for tokens in (512, 2048):
+        bench_prefill(k, 32, 8, 128, tokens)
+    for tokens in (512, 2048):
+        bench_prefill(k, 9, 3, 64, tokens)
+    bench_argmax(k)
+    for tokens in (1, 2048):
+        bench_embedding(k, tokens)
+    print(f"\n== summary (median device time per launch; rate) [{time.time() - t0:.0f} s] ==")
+    print(f"{'what':44s} {'kern us':>9s} {'rate':>9s} | {'torch us':>9s} {'rate':>9s}  unit")
+    for what, us, r, tus, tr, unit in ROWS:
+        ts = f"{tus:9.2f} {tr:9.1f}" if tus else f"{'-':>9s} {'-':>9s}"
+        print(f"{what:44s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""GPU tests of kern's own kernels: load the cubins with cupy, launch them with the flat ABI
+of ABI.md on random inputs (outputs and scratch poisoned with NaN first, unused cache slots
+and padding NaN too), compare with torch in float32.
+
+Every test is marked ``gpu`` and skips cleanly without torch, cupy, a GPU or nvcc.  Errors
+are appended to ``$KERN_KERNELS_REPORT`` when that is set (device_check.sh shows them).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ATOL = 2e-2
+RTOL = 2e-2
+
+
+def _report(line: str) -> None:
+    path = os.environ.get("KERN_KERNELS_REPORT")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+    print(line)
+
+
+@pytest.fixture(scope="module")
+def env():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU / driver")
+    import _gpu
+    if not os.environ.get("KERN_KERNELS_CUBINS"):
+        build = _gpu._build_module()
+        if build.find_nvcc() is None:
+            pytest.skip("nvcc not found and $KERN_KERNELS_CUBINS not set")
+    torch.cuda.init()
+    return torch, _gpu, _gpu.Kernels(_gpu.cubin_dir())
+
+
+def _compare(torch, name, got, ref):
+    got = got.float()
+    assert not torch.isnan(got).any(), f"{name}: NaN in output"
+    err = (got - ref).abs()
+    max_abs = err.max().item()
+    max_rel = (err / ref.abs().clamp_min(1e-3)).max().item()
+    scale = ref.abs().max().item()
+    _report(f"{name}: max_abs={max_abs:.3e} max_rel(|ref|>=1e-3)={max_rel:.3e} "
+            f"max|ref|={scale:.3f}")
+    bad = err > ATOL + RTOL * ref.abs()
+    assert not bad.any(), f"{name}: {int(bad.sum())} elements off, max_abs={max_abs}"
+
+
+# ----------------------------------------------------------------------------- embedding
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,vocab,hidden", [(1, 1000, 64), (7, 49152, 576),
+                                                 (300, 151936, 2560), (2048, 5000, 2560)])
+def test_embedding(env, tokens, vocab, hidden):
+    torch, _gpu, k = env
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(tokens * 7 + hidden)
+    table = torch.randn((vocab, hidden), generator=g, device=dev).to(torch.bfloat16)
+    ids = torch.randint(0, vocab, (tokens,), generator=g, device=dev, dtype=torch.int64)
+    ids[0] = vocab - 1
+    out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16, device=dev)
+    k.embedding(ids, table, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.nn.functional.embedding(ids, table))
+
+
+@pytest.mark.gpu
+def test_embedding_out_of_range_ids_give_zero_rows(env):
+    torch, _gpu, k = env
+    dev = "cuda"
+    table = torch.randn((100, 64), device=dev).to(torch.bfloat16)
+    ids = torch.tensor([3, -1, 100, 1 << 40, 99], dtype=torch.int64, device=dev)
+    out = torch.full((5, 64), float("nan"), dtype=torch.bfloat16, device=dev)
+    k.embedding(ids, table, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], table[3]) and torch.equal(out[4], table[99])
+    assert (out[1:4] == 0).all()
+
+
+# ----------------------------------------------------------------------------- argmax
+
+def _run_argmax(torch, k, logits, parts, vocab=None):
+    rows = logits.shape[0]
+    dev = logits.device
+    pv = torch.full((rows, parts), float("nan"), dtype=torch.float32, device=dev)
+    pi = torch.full((rows, parts), -7, dtype=torch.int32, device=dev)
+    out = torch.full((rows,), -5, dtype=torch.int64, device=dev)
+    k.argmax(logits, pv, pi, out, parts, vocab)
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,vocab,parts", [(1, 151936, 64), (8, 151936, 64), (3, 49152, 64),
+                                              (2, 1000, 7), (4, 37, 64), (1, 5, 3),
+                                              (5, 151937, 64), (1, 1, 64)])
+def test_argmax_random(env, rows, vocab, parts):
+    torch, _gpu, k = env
+    g = torch.Generator(device="cuda").manual_seed(rows * 1000 + vocab)
+    logits = (torch.randn((rows, vocab), generator=g, device="cuda") * 3).to(torch.bfloat16)
+    got = _run_argmax(torch, k, logits, parts)
+    assert torch.equal(got, torch.argmax(logits, dim=-1))
+
+
+@pytest.mark.gpu
+def test_argmax_ties_nan_inf(env):
+    torch, _gpu, k = env
+    vocab = 151936
+    logits = torch.zeros((6, vocab), dtype=torch.bfloat16, device="cuda")
+    logits[0, 100000] = 5.0; logits[0, 77] = 5.0; logits[0, 150000] = 5.0    # tie → 77
+    logits[1, 1234] = float("nan"); logits[1, 99] = float("inf"); logits[1, 50000] = float("nan")
+    logits[2] = float("-inf")                                                # all -inf → 0
+    logits[3, :] = -1.0; logits[3, vocab - 1] = 0.5                          # last column
+    logits[4, :] = -0.0; logits[4, 3] = 0.0                                  # -0 == +0 → 0
+    logits[5, 2375] = 1.0; logits[5, 2376] = 1.0                             # across parts
+    got = _run_argmax(torch, k, logits, 64)
+    want = torch.argmax(logits, dim=-1)
+    assert torch.equal(got, want), (got.tolist(), want.tolist())
+    assert got.tolist() == [77, 1234, 0, vocab - 1, 0, 2375]
+
+
+@pytest.mark.gpu
+def test_argmax_unaligned_view_uses_scalar_path(env):
+    torch, _gpu, k = env
+    base = torch.randn((3 * 4096 + 1,), device="cuda").to(torch.bfloat16)
+    logits = base[1:].view(3, 4096)          # 2-byte misaligned rows
+    got = _run_argmax(torch, k, logits, 64)
+    assert torch.equal(got, torch.argmax(logits, dim=-1))
+
+
+# ----------------------------------------------------------------------------- attention
+
+CONFIGS = {"32q8kv_d128": (32, 8, 128), "9q3kv_d64": (9, 3, 64), "12q2kv_d128": (12, 2, 128),
+           "8q1kv_d64": (8, 1, 64), "4q4kv_d128": (4, 4, 128), "16q8kv_d64": (16, 8, 64)}
+LAYOUTS = ["slot_major_padded", "head_major", "interleaved"]
+
+
+def _attn_inputs(torch, _gpu, cfg, layout, tokens, pos0, seed):
+    n_q, n_kv, d = CONFIGS[cfg]
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(seed)
+    length = pos0 + tokens
+    slots = length + 37                      # slots beyond the context stay NaN
+    pool, kc, vc = _gpu.make_cache(torch, layout, slots, n_kv, d, length, g, dev)
+    qkv, q, q_stride = _gpu.make_q(torch, tokens, n_q, n_kv, d, g, dev)
+    pos = torch.tensor([pos0], dtype=torch.int32, device=dev)
+    return n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos
+
+
+DECODE_CASES = [
+    # cfg, layout, tokens, pos0, splits, scale_mul
+    ("32q8kv_d128", "slot_major_padded", 1, 0, 48, 1.0),
+    ("32q8kv_d128", "slot_major_padded", 1, 511, 48, 1.0),
+    ("32q8kv_d128", "head_major", 1, 2047, 48, 1.0),
+    ("32q8kv_d128", "interleaved", 1, 4095, 48, 1.0),
+    ("32q8kv_d128", "slot_major_padded", 1, 4095, 1, 1.0),
+    ("32q8kv_d128", "head_major", 7, 300, 48, 1.0),
+    ("32q8kv_d128", "interleaved", 1, 100, 200, 4.0),
+    ("9q3kv_d64", "slot_major_padded", 1, 0, 128, 1.0),
+    ("9q3kv_d64", "head_major", 1, 1000, 128, 1.0),
+    ("9q3kv_d64", "interleaved", 7, 64, 13, 1.0),
+    ("9q3kv_d64", "slot_major_padded", 1, 4095, 128, 4.0),
+    ("12q2kv_d128", "head_major", 1, 777, 48, 1.0),
+    ("12q2kv_d128", "interleaved", 7, 5, 16, 1.0),
+    ("8q1kv_d64", "slot_major_padded", 1, 2999, 64, 1.0),
+    ("4q4kv_d128", "interleaved", 1, 1, 2, 1.0),
+    ("16q8kv_d64", "head_major", 64, 200, 32, 1.0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg,layout,tokens,pos0,splits,scale_mul", DECODE_CASES)
+def test_attn_decode(env, cfg, layout, tokens, pos0, splits, scale_mul):
+    torch, _gpu, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _gpu, cfg, layout, tokens, pos0, seed=pos0 * 31 + tokens + splits)
+    scale = scale_mul / math.sqrt(d)
+    nan = float("nan")
+    part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
+    part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
+    out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
+    k.attn_decode(q, q_stride, kc, vc, pos, part_ml, part_acc, out, n_q, n_kv, splits, scale,
+                  tokens)
+    torch.cuda.synchronize()
+    ref = _gpu.ref_attention(torch, q, kc, vc, pos0, scale, n_q, n_kv)
+    _compare(torch, f"decode {cfg} {layout} T={tokens} pos0={pos0} S={splits} "
+                    f"scale={scale_mul}/sqrt(d)", out, ref)
+
+
+PREFILL_CASES = [
+    # cfg, layout, tokens, pos0, scale_mul
+    ("32q8kv_d128", "slot_major_padded", 1, 0, 1.0),
+    ("32q8kv_d128", "slot_major_padded", 7, 0, 1.0),
+    ("32q8kv_d128", "head_major", 64, 0, 1.0),
+    ("32q8kv_d128", "interleaved", 300, 0, 1.0),
+    ("32q8kv_d128", "slot_major_padded", 300, 37, 1.0),
+    ("32q8kv_d128", "head_major", 65, 1000, 4.0),
+    ("32q8kv_d128", "interleaved", 512, 512, 1.0),
+    ("32q8kv_d128", "slot_major_padded", 2048, 0, 1.0),
+    ("32q8kv_d128", "head_major", 2048, 2048, 1.0),
+    ("9q3kv_d64", "slot_major_padded", 1, 0, 1.0),
+    ("9q3kv_d64", "head_major", 7, 3, 1.0),
+    ("9q3kv_d64", "interleaved", 64, 64, 1.0),
+    ("9q3kv_d64", "slot_major_padded", 300, 1111, 4.0),
+    ("9q3kv_d64", "head_major", 2048, 0, 1.0),
+    ("12q2kv_d128", "interleaved", 130, 17, 1.0),
+    ("8q1kv_d64", "slot_major_padded", 100, 0, 1.0),
+    ("4q4kv_d128", "head_major", 33, 63, 1.0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg,layout,tokens,pos0,scale_mul", PREFILL_CASES)
+def test_attn_prefill(env, cfg, layout, tokens, pos0, scale_mul):
+    torch, _gpu, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _gpu, cfg, layout, tokens, pos0, seed=pos0 * 17 + tokens)
+    scale = scale_mul / math.sqrt(d)
+    out = torch.full((tokens, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    k.attn_prefill(q, q_stride, kc, vc, pos, out, n_q, n_kv, tokens, scale)
+    torch.cuda.synchronize()
+    ref = _gpu.ref_attention(torch, q, kc, vc, pos0, scale, n_q, n_kv)
+    _compare(torch, f"prefill {cfg} {layout} T={tokens} pos0={pos0} scale={scale_mul}/sqrt(d)",
+             out, ref)
+
+
+@pytest.mark.gpu
+def test_decode_and_prefill_agree_on_a_chunk(env):
+    """The same 7-row chunk through both impls (the decode kernel accepts T > 1)."""
+    torch, _gpu, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _gpu, "32q8kv_d128", "head_major", 7, 900, seed=5)
+    scale = 1 / math.sqrt(d)
+    a = torch.full((7, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    b = torch.full_like(a, float("nan"))
+    pm = torch.empty((7, n_q, 48, 2), dtype=torch.float32, device="cuda")
+    pa = torch.empty((7, n_q, 48, d), dtype=torch.float32, device="cuda")
+    k.attn_decode(q, q_stride, kc, vc, pos, pm, pa, a, n_q, n_kv, 48, scale, 7)
+    k.attn_prefill(q, q_stride, kc, vc, pos, b, n_q, n_kv, 7, scale)
+    torch.cuda.synchronize()
+    _compare(torch, "decode vs prefill T=7 pos0=900", a, b.float())
+
+
+@pytest.mark.gpu
+def test_reference_matches_sdpa(env):
+    """Sanity check of the float32 reference itself against torch SDPA (pos0 = 0, causal)."""
+    torch, _gpu, k = env
+    F = torch.nn.functional
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _gpu, "32q8kv_d128", "head_major", 100, 0, seed=1)
+    ref = _gpu.ref_attention(torch, q, kc, vc, 0, 1 / math.sqrt(d), n_q, n_kv)
+    qq = q.float().reshape(100, n_q, d).transpose(0, 1)[None]
+    kk = kc[:100].float().transpose(0, 1)[None].repeat_interleave(n_q // n_kv, dim=1)
+    vv = vc[:100].float().transpose(0, 1)[None].repeat_interleave(n_q // n_kv, dim=1)
+    sd = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)[0].transpose(0, 1)
+    assert (sd - ref).abs().max().item() < 1e-4
+
+
+@pytest.mark.gpu
+def test_decode_grid_fixed_pos0_from_device_memory(env):
+    """One set of launch arguments, pos0 changed only in device memory (graph replay)."""
+    torch, _gpu, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _gpu, "9q3kv_d64", "slot_major_padded", 1, 600, seed=9)
+    scale = 1 / math.sqrt(d)
+    pm = torch.empty((1, n_q, 128, 2), dtype=torch.float32, device="cuda")
+    pa = torch.empty((1, n_q, 128, d), dtype=torch.float32, device="cuda")
+    for p in (0, 1, 127, 128, 129, 600):
+        pos.fill_(p)
+        out = torch.full((1, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+        k.attn_decode(q, q_stride, kc, vc, pos, pm, pa, out, n_q, n_kv, 128, scale, 1)
+        torch.cuda.synchronize()
+        ref = _gpu.ref_attention(torch, q, kc, vc, p, scale, n_q, n_kv)
+        _compare(torch, f"decode replay-style pos0={p}", out, ref)
