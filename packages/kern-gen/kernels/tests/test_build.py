@@ -13,7 +13,7 @@ import pytest
 
 KERNELS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cubin import Cubin  # noqa: E402
+from _own_kernels_elf import Cubin  # noqa: E402
 
 
 def _load_build():
