@@ -25,8 +25,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import gpu_manifests as gm  # noqa: E402
-from conftest import write_safetensors  # noqa: E402  (test helper: a safetensors writer)
+import krt_manifests as gm  # noqa: E402
+from krt_helpers import write_safetensors  # noqa: E402  (a safetensors writer)
 
 from kern_runtime import Runtime  # noqa: E402
 

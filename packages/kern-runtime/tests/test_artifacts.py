@@ -4,7 +4,7 @@ import json
 import kern_manifest as km
 import pytest
 
-from conftest import EXAMPLES
+from krt_helpers import EXAMPLES
 from kern_runtime.artifacts import read_cubins, resolve_steps
 from kern_runtime.errors import KernelArtifactError
 

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-import gpu_manifests as gm
-from conftest import st_tensor, write_safetensors
+import krt_manifests as gm
+from krt_helpers import st_tensor, write_safetensors
 from kern_runtime import (CallerError, KernelArtifactError, Runtime, WeightArtifactError,
                           from_bf16, to_bf16)
 

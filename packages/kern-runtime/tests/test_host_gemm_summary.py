@@ -7,7 +7,7 @@ import kern_manifest as km
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, st_tensor, write_safetensors
+from krt_helpers import EXAMPLES, st_tensor, write_safetensors
 from kern_runtime import from_bf16, prepare, to_bf16
 from kern_runtime.artifacts import Resolution
 from kern_runtime.errors import CallerError, KernelArtifactError, ManifestProblem, WeightArtifactError

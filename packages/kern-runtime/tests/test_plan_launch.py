@@ -5,7 +5,7 @@ import kern_manifest as km
 import pytest
 from kern_manifest import ExprNode
 
-from conftest import EXAMPLES
+from krt_helpers import EXAMPLES
 from kern_runtime.errors import CallerError
 from kern_runtime.launchplan import (BoundExtern, BoundKernel, bind, check_symbols,
                                      compile_program, graph_key, shared_mem_max)

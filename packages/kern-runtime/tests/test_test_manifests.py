@@ -6,7 +6,7 @@ from pathlib import Path
 
 import kern_manifest as km
 
-import gpu_manifests as gm
+import krt_manifests as gm
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_runtime.py"
 

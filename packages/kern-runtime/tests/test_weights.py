@@ -4,7 +4,7 @@ import kern_manifest as km
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, st_tensor, write_safetensors
+from krt_helpers import EXAMPLES, st_tensor, write_safetensors
 from kern_runtime.errors import WeightArtifactError
 from kern_runtime.weights import bind_weights, read_header, upload_chunks
 
