@@ -110,38 +110,38 @@ gt_all() {
 want gt && phase gt 120 bash -c "$(declare -f gt_all cap_env); WORK=$WORK CUDA=$CUDA LIB=$LIB; gt_all"
 
 # --- 3/4 model captures ---------------------------------------------------------------------
-HF="python3 capture/models/hf_capture.py --prompts ${KCAP_PROMPTS:-1,7,34,85,175,600} --decode ${KCAP_DECODE:-3}"
-ATTN=${KCAP_ATTN:-flex_attention}
-timed() { # timed NAME CMD... : wall seconds of CMD into $WORK/NAME.wall
-  local n=$1 s e
-  shift
+# Every model run gets its own empty Inductor/Triton cache: each run compiles and autotunes
+# from scratch (cold), so a captured and an uncaptured run of one model do the same work.
+export PROMPTS=${KCAP_PROMPTS:-1,7,34,85,175,600} DECODE=${KCAP_DECODE:-3} ATTN=${KCAP_ATTN:-flex_attention}
+export WORK LIB
+run_model() { # run_model NAME CAPDIR|- ARGS... : wall seconds -> $WORK/NAME.wall, sidecar -> $WORK/NAME.sidecar.json
+  local name=$1 cap=$2 s rc
+  shift 2
+  local envs=(TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-$name" TRITON_CACHE_DIR="$WORK/triton-$name")
+  [ "$cap" != "-" ] && envs+=(CUDA_INJECTION64_PATH="$LIB" KERN_CAPTURE_DIR="$cap")
   s=$(date +%s.%N)
-  "$@"
-  local rc=$?
-  e=$(date +%s.%N)
-  python3 -c "print(round($e - $s, 2))" > "$WORK/$n.wall"
+  env "${envs[@]}" python3 capture/models/hf_capture.py --prompts "$PROMPTS" --decode "$DECODE" --attn "$ATTN" \
+    --sidecar "$WORK/$name.sidecar.json" "$@"
+  rc=$?
+  python3 -c "print(round($(date +%s.%N) - $s, 2))" > "$WORK/$name.wall"
   return $rc
 }
-export -f timed cap_env
-export WORK LIB
+export -f run_model
 
-want qwen3 && phase qwen3 300 bash -c "timed qwen3 cap_env $WORK/cap-qwen3 $HF --model qwen3-4b-random --attn $ATTN --sidecar $WORK/qwen3.sidecar.json"
+want qwen3 && phase qwen3 300 bash -c 'run_model qwen3 $WORK/cap-qwen3 --model qwen3-4b-random'
 
 if [ -f "$GGUF" ]; then
-  SMALL="--model smollm2 --gguf $GGUF"
-  SMALLNAME=smollm2
-  want smollm2 && phase smollm2 180 bash -c "timed smollm2 cap_env $WORK/cap-smollm2 $HF $SMALL --attn $ATTN --sidecar $WORK/smollm2.sidecar.json"
+  export SMALL="--model smollm2 --gguf $GGUF" SMALLNAME=smollm2
+  want smollm2 && phase smollm2 210 bash -c 'run_model smollm2 $WORK/cap-smollm2 $SMALL'
 else
   echo "SKIP smollm2: GGUF file not found at $GGUF (slowdown measured on qwen3-tiny instead)"
   printf 'smollm2\tskipped(no gguf)\t0\n' >> "$SUMMARY"
-  SMALL="--model qwen3-tiny"
-  SMALLNAME=qwen3-tiny
-  want slowdown && phase tiny_warm 150 bash -c "timed tiny_cold $HF $SMALL --attn $ATTN"
+  export SMALL="--model qwen3-tiny" SMALLNAME=qwen3-tiny
+  want slowdown && phase qwen3-tiny 150 bash -c 'run_model qwen3-tiny $WORK/cap-tiny $SMALL'
 fi
 
-# --- 5 slowdown: same workload, warm compile caches, without then with capture -------------
-want slowdown && phase slow_uncaptured 120 bash -c "timed slow_uncaptured $HF $SMALL --attn $ATTN --sidecar $WORK/slow_uncaptured.sidecar.json"
-want slowdown && phase slow_captured 120 bash -c "timed slow_captured cap_env $WORK/cap-slow $HF $SMALL --attn $ATTN --sidecar $WORK/slow_captured.sidecar.json"
+# --- 5 slowdown: the same workload uncaptured, cold caches too ------------------------------
+want slowdown && phase uncaptured 210 bash -c 'run_model uncaptured - $SMALL'
 
 # --- 6 trim + package -----------------------------------------------------------------------
 set +x
@@ -166,7 +166,7 @@ want package && phase package_qwen3 60 bash -c "$(declare -f package); WORK=$WOR
 if [ -d "$WORK/gt" ]; then
   tar -C "$WORK" --exclude=gt/gt -cf - gt | xz -T0 -6 > "$OUT/gt.tar.xz"
 fi
-tar -C "$WORK" -cf - $(cd "$WORK" && ls *.wall slow_*.sidecar.json 2>/dev/null) 2>/dev/null | xz -6 > "$OUT/slowdown.tar.xz"
+tar -C "$WORK" -cf - $(cd "$WORK" && ls *.wall uncaptured.sidecar.json 2>/dev/null) 2>/dev/null | xz -6 > "$OUT/slowdown.tar.xz"
 
 # --- 7 summary (last) -----------------------------------------------------------------------
 python3 - "$WORK" "$SUMMARY" "$SMALLNAME" <<'PYEOF' | tee "$OUT/summary.txt"
@@ -193,11 +193,11 @@ def fwd_ms(n):
     f = [x for r in s["requests"] for x in r["forwards"]]
     return sum(x["t1_ns"] - x["t0_ns"] for x in f) / 1e6, len(f)
 rcs = {l.split("\t")[0]: l.split("\t")[1] for l in open(summary)}
-ok = rcs.get("slow_uncaptured") == "0" and rcs.get("slow_captured") == "0"
-u, c = (wall("slow_uncaptured"), wall("slow_captured")) if ok else (None, None)
+ok = rcs.get("uncaptured") == "0" and rcs.get(small) == "0"
+u, c = (wall("uncaptured"), wall(small)) if ok else (None, None)
 if u and c:
     print(f"slowdown ({small}, warm caches): wall {c:.1f}s captured / {u:.1f}s uncaptured = {c / u:.2f}x")
-fu, fc = (fwd_ms("slow_uncaptured"), fwd_ms("slow_captured")) if ok else (None, None)
+fu, fc = (fwd_ms("uncaptured"), fwd_ms(small)) if ok else (None, None)
 if fu and fc:
     print(f"  measured forwards: {fc[0]:.1f} ms captured / {fu[0]:.1f} ms uncaptured over {fu[1]} forwards = {fc[0] / fu[0]:.2f}x")
 for n in ("qwen3", "smollm2"):

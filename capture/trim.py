@@ -11,8 +11,9 @@ autotuning and compilation; an engine's warm-up).  With a provider sidecar
 launches just before each window (default 200), so the fixture still holds some of the
 "dummy" launches a miner must learn to cut.  Without a sidecar it keeps everything (or the
 last --last N launches).  Launch lines are copied verbatim, so the output is the same
-format version.  Module cubins are kept for kernels with a readable flat layout
-(`params` non-null) under per-file and total byte caps; every module stays in the index.
+format version.  Module cubins are kept only for kernels launched with a flat ABI (every
+parameter a scalar or pointer of at most 8 bytes: Triton and similar kernels a generator can
+replay from the cubin), under per-file and total byte caps; every module stays in the index.
 A `trim.json` records the rule and the counts; the sidecar is copied as
 `provider-sidecar.json` (provider ground truth: never input to the miner).
 
@@ -195,7 +196,7 @@ def trim(args: argparse.Namespace) -> dict:
             if keep(i, r.get("t_ns", -1)):
                 kept.add(r)
                 w.write(line if line.endswith("\n") else line + "\n")
-                if r.get("module") and r.get("params") is not None:
+                if r.get("module") and abi_class(r) == "flat":
                     want_modules[r["module"]] += 1
 
     for n in ("meta.json", "summary.json", "modules.jsonl"):

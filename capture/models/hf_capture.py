@@ -168,10 +168,18 @@ def run(args: argparse.Namespace) -> dict:
     log(f"model {args.model} loaded in {(t_loaded - t_start) / 1e9:.1f} s "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f} M params, attn={args.attn})")
 
+    cache, cache_kind = make_cache(model, args)
+    if cache_kind == "static":
+        # One eager token first: the static cache allocates its tensors lazily on first use,
+        # and compiling against an uninitialised cache costs an extra recompile (~30 s).
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=args.device), past_key_values=cache,
+                  cache_position=torch.zeros(1, dtype=torch.long, device=args.device), use_cache=True,
+                  logits_to_keep=1)
+        sync(args.device)
     forward = model.forward
     if args.compile:
         forward = torch.compile(model.forward, dynamic=args.dynamic, fullgraph=False)
-    cache, cache_kind = make_cache(model, args)
     vocab = model.config.vocab_size
     requests = []
     pos = 0  # every request starts at position 0 of a reset cache

@@ -66,6 +66,16 @@ static const CUpti_CallbackId k_bind_cbids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction,
 };
 
+/* Calls after which a value cached as "not a device address" may be stale. */
+static const CUpti_CallbackId k_alloc_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,           CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,       CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess,          CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,       CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+};
+
 /* Calls after which a cached allocation range may be stale. */
 static const CUpti_CallbackId k_free_cbids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
@@ -193,11 +203,15 @@ static void CUPTIAPI callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callback
         g_recorded++;
       }
     } else {
-      int is_free = 0;
+      int is_free = 0, is_alloc = 0;
       for (size_t i = 0; i < sizeof k_free_cbids / sizeof *k_free_cbids; i++)
         is_free |= k_free_cbids[i] == id;
+      for (size_t i = 0; i < sizeof k_alloc_cbids / sizeof *k_alloc_cbids; i++)
+        is_alloc |= k_alloc_cbids[i] == id;
       if (is_free)
         kcap_ptr_forget_all();
+      else if (is_alloc)
+        kcap_ptr_forget_negative();
       else
         bind_exit(id, cd->functionParams);
     }
@@ -283,6 +297,8 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, k_bind_cbids[i]));
   for (size_t i = 0; i < sizeof k_free_cbids / sizeof *k_free_cbids; i++)
     CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, k_free_cbids[i]));
+  for (size_t i = 0; i < sizeof k_alloc_cbids / sizeof *k_alloc_cbids; i++)
+    CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, k_alloc_cbids[i]));
   CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED));
   CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING));
   CHECK(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING));

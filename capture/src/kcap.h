@@ -122,9 +122,11 @@ void kcap_func_forget_all(void); /* module unload: handles may be reused */
 void kcap_bind_pending_for_handle(void *handle);
 
 /* ---------- ptrs.c: device pointer ranges ---------------------------------- */
-/* 1 and the allocation range if v points into device memory, else 0. */
-int kcap_ptr_range(uint64_t v, uint64_t *start, uint64_t *size);
-void kcap_ptr_forget_all(void); /* memory was freed: drop the range cache */
+/* 1 and the allocation range if v points into device memory, else 0.
+ * now_ns (CLOCK_MONOTONIC) drives the cache expiry. */
+int kcap_ptr_range(uint64_t v, uint64_t now_ns, uint64_t *start, uint64_t *size);
+void kcap_ptr_forget_all(void);      /* memory was freed: drop known ranges */
+void kcap_ptr_forget_negative(void); /* memory was allocated: drop non-pointers */
 
 /* ---------- launch.c: one launch record ------------------------------------ */
 void kcap_launch_record(int cbid, const void *params, CUresult result,

@@ -178,7 +178,7 @@ static void write_fattr(sb_t *b, const kcap_func_t *f) {
 /* One parameter: bytes plus, for each 8-byte-aligned word (alignment taken
  * in the kernel's parameter space) inside it, an annotation if the word
  * points into a device allocation. */
-static void write_param(sb_t *b, size_t off, size_t size, const unsigned char *src) {
+static void write_param(sb_t *b, size_t off, size_t size, const unsigned char *src, uint64_t now) {
   sb_lit(b, "{\"offset\":");
   sb_u64(b, off);
   sb_lit(b, ",\"size\":");
@@ -190,7 +190,7 @@ static void write_param(sb_t *b, size_t off, size_t size, const unsigned char *s
     for (size_t o = (off + 7) & ~(size_t)7; o + 8 <= off + size; o += 8) {
       uint64_t v, start, rsize;
       memcpy(&v, src + (o - off), 8);
-      if (!kcap_ptr_range(v, &start, &rsize)) continue;
+      if (!kcap_ptr_range(v, now, &start, &rsize)) continue;
       sb_lit(b, first ? ",\"ptrs\":[" : ",");
       first = 0;
       sb_lit(b, "{\"at\":");
@@ -225,7 +225,7 @@ static void parse_extra(void **extra, const unsigned char **buf, size_t *size) {
   if (!*buf) *size = 0;
 }
 
-static void write_params(sb_t *b, const launch_t *L, const kcap_func_t *f) {
+static void write_params(sb_t *b, const launch_t *L, const kcap_func_t *f, uint64_t now) {
   const unsigned char *xbuf = NULL;
   size_t xsize = 0;
   if (L->kp) {
@@ -250,14 +250,14 @@ static void write_params(sb_t *b, const launch_t *L, const kcap_func_t *f) {
     size_t off = f->poff[i], sz = f->psize[i];
     if (i) sb_lit(b, ",");
     if (L->kp) {
-      write_param(b, off, sz, (const unsigned char *)L->kp[i]);
+      write_param(b, off, sz, (const unsigned char *)L->kp[i], now);
     } else if (off + sz <= xsize) {
-      write_param(b, off, sz, xbuf + off);
+      write_param(b, off, sz, xbuf + off, now);
     } else {
       /* The layout says more than the packed buffer holds: keep the slot
        * with what is there (FORMAT.md: "bytes" may be shorter than size). */
       size_t have = off < xsize ? xsize - off : 0;
-      write_param(b, off, have, xbuf + (have ? off : 0));
+      write_param(b, off, have, xbuf + (have ? off : 0), now);
     }
   }
   sb_lit(b, "]");
@@ -312,7 +312,7 @@ void kcap_launch_record(int cbid, const void *params, CUresult result, uint64_t 
   sb_u64(&b, L.smem);
   write_attrs(&b, L.cfg);
   write_fattr(&b, f);
-  write_params(&b, &L, f);
+  write_params(&b, &L, f, t_ns);
   sb_lit(&b, "}\n");
   kcap_file_append(kcap_launch_file(), b.p, b.n);
 }

@@ -85,6 +85,19 @@ def test_modules_are_addressed_by_sha256() -> None:
     assert flat.module is not None and b"\0" + flat.name.encode() + b"\0" in cap.module_bytes(flat.module)
 
 
+def test_xz_compressed_module(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    cap = read_capture(d)
+    sha = cap.modules[0].sha256
+    assert sha is not None
+    cub = d / "modules" / f"{sha}.cubin"
+    raw = cub.read_bytes()
+    (d / "modules" / f"{sha}.cubin.xz").write_bytes(lzma.compress(raw))
+    cub.unlink()
+    assert cap.module_file(sha) == d / "modules" / f"{sha}.cubin.xz"
+    assert cap.module_bytes(sha) == raw
+
+
 def _copy(tmp_path: Path) -> Path:
     d = tmp_path / "pid-4242"
     shutil.copytree(SYNTH, d)

@@ -186,13 +186,20 @@ class Capture(msgspec.Struct):
     """The launches file ended in a partial line (dropped)."""
 
     def module_file(self, sha256: str) -> Path | None:
-        """The dumped cubin of a module, if present in the directory."""
-        p = self.path / "modules" / f"{sha256}.cubin"
-        return p if p.is_file() else None
+        """The dumped cubin of a module (``modules/<sha256>.cubin``, or ``.cubin.xz`` in
+        committed fixtures), if present in the directory."""
+        for name in (f"{sha256}.cubin", f"{sha256}.cubin.xz"):
+            p = self.path / "modules" / name
+            if p.is_file():
+                return p
+        return None
 
     def module_bytes(self, sha256: str) -> bytes | None:
+        """The module image (decompressed), or None if it was not kept."""
         p = self.module_file(sha256)
-        return p.read_bytes() if p is not None else None
+        if p is None:
+            return None
+        return lzma.decompress(p.read_bytes()) if p.suffix == ".xz" else p.read_bytes()
 
 
 def _zstd_open(path: Path) -> IO[bytes]:
