@@ -3,6 +3,7 @@
 
     trim.py CAPTURE OUTDIR [--sidecar provider.json] [--keep-before N] [--compress xz|gz|none]
     trim.py --stats CAPTURE            # print the summary of a capture only
+    trim.py --fixture TRIMMED          # flat-ABI cubins only, xz-compressed, for the repository
 
 Real captures are dominated by launches outside the forward passes that matter (Inductor
 autotuning and compilation; an engine's warm-up).  With a provider sidecar
@@ -233,11 +234,37 @@ def trim(args: argparse.Namespace) -> dict:
     return info
 
 
+def finalize_fixture(d: Path) -> dict:
+    """Prepares a trimmed capture for the repository: drops module files that no flat-ABI
+    launch of the directory references and xz-compresses the rest (`<sha>.cubin.xz`)."""
+    want = set()
+    with open_text(launches_file(d)) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("module") and abi_class(r) == "flat":
+                want.add(r["module"])
+    kept = dropped = 0
+    for p in sorted((d / "modules").glob("*.cubin*")):
+        sha = p.name.split(".")[0]
+        if sha not in want:
+            p.unlink()
+            dropped += 1
+            continue
+        if p.suffix == ".cubin":
+            p.with_name(p.name + ".xz").write_bytes(lzma.compress(p.read_bytes(), preset=9))
+            p.unlink()
+        kept += 1
+    return {"modules_kept": kept, "modules_dropped": dropped}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("capture")
     ap.add_argument("outdir", nargs="?")
     ap.add_argument("--stats", action="store_true", help="print the summary of CAPTURE only")
+    ap.add_argument("--fixture", action="store_true",
+                    help="finalize the trimmed capture CAPTURE in place for the repository (flat-ABI "
+                         "cubins only, xz-compressed)")
     ap.add_argument("--sidecar")
     ap.add_argument("--keep-before", type=int, default=200)
     ap.add_argument("--last", type=int, default=0, help="without a sidecar: keep only the last N launches")
@@ -245,6 +272,9 @@ def main() -> int:
     ap.add_argument("--max-module-bytes", type=int, default=4 << 20)
     ap.add_argument("--module-budget", type=int, default=24 << 20)
     args = ap.parse_args()
+    if args.fixture:
+        print(json.dumps(finalize_fixture(Path(args.capture))))
+        return 0
     if args.stats:
         print(json.dumps(stats_only(Path(args.capture)), indent=1))
         return 0

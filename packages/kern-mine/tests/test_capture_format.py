@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import lzma
 import shutil
 from pathlib import Path
@@ -186,3 +187,25 @@ def test_recorded_captures_decode(capdir: Path) -> None:
     shas = {m.sha256 for m in cap.modules}
     if shas:
         assert {launch.module for launch in cap.launches if launch.module} <= shas
+
+
+def test_ground_truth_capture_still_checks() -> None:
+    """The recorded GPU capture of capture/gt/gt.cu passes capture/gt/gt_check.py, and the
+    reader agrees with it on the launches."""
+    gt = FIXTURES / "gt-h200"
+    truth = gt / "ground-truth"
+    checker = Path(__file__).resolve().parents[3] / "capture" / "gt" / "gt_check.py"
+    spec = importlib.util.spec_from_file_location("gt_check", checker)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = ["gt_check", str(gt), str(truth / "expected.jsonl"), str(truth / "modA.cubin"), str(truth / "modB.cubin")]
+    argv += [str(p) for p in sorted((truth / "rt").glob("*.cubin"))]
+    assert mod.main(argv) == 0
+    cap = read_capture(gt)
+    assert cap.summary is not None and cap.summary.launches == len(cap.launches) == 16
+    by_api = {launch.api for launch in cap.launches}
+    assert {"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuLaunchKernel_ptsz"} <= by_api
+    assert sum(launch.capturing is True for launch in cap.launches) == 2
+    extra = [launch for launch in cap.launches if launch.args == "extra"]
+    assert len(extra) == 2 and all(launch.params is not None and len(launch.params) == 5 for launch in extra)
