@@ -6,7 +6,9 @@ import gzip
 import hashlib
 import importlib.util
 import lzma
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,25 @@ def test_ground_truth_capture_still_checks() -> None:
     assert sum(launch.capturing is True for launch in cap.launches) == 2
     extra = [launch for launch in cap.launches if launch.args == "extra"]
     assert len(extra) == 2 and all(launch.params is not None and len(launch.params) == 5 for launch in extra)
+
+
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+@pytest.mark.skipif(
+    not (CUDA_HOME / "include" / "cupti.h").exists() or shutil.which("make") is None or shutil.which("nm") is None,
+    reason="needs the CUDA headers with CUPTI, make and nm",
+)
+def test_capture_library_builds_without_libcuda(tmp_path: Path) -> None:
+    """`make -C capture` builds the injection library on a machine without libcuda; it exports
+    InitializeInjection and leaves no driver (cu*) symbol to the host (resolved by dlsym)."""
+    src = Path(__file__).resolve().parents[3] / "capture"
+    work = tmp_path / "capture"
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns("*.o", "*.so"))
+    subprocess.run(["make", "-s", "-C", str(work), f"CUDA={CUDA_HOME}"], check=True, capture_output=True)
+    lib = work / "libkerncapture.so"
+    defined = subprocess.run(["nm", "-D", "--defined-only", str(lib)], check=True, capture_output=True, text=True)
+    assert any(line.split()[-1] == "InitializeInjection" for line in defined.stdout.splitlines())
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], check=True, capture_output=True, text=True)
+    names = [line.split()[-1].split("@")[0] for line in undefined.stdout.splitlines() if line.strip()]
+    assert not [n for n in names if n.startswith("cu") and not n.startswith("cupti")]
