@@ -1,11 +1,31 @@
-"""`kern-gen`: not implemented yet (issue 6); says so instead of failing obscurely."""
+"""The ``kern-gen`` command line: one Typer app; each subcommand registers on ``app``.
+
+Add a command with ``app.command("NAME")(function)`` below (the function can live in its
+own module, as ``export`` does).
+"""
 
 from __future__ import annotations
 
-import sys
+import typer
+
+from .export.command import export_command
+
+app = typer.Typer(
+    name="kern-gen",
+    help="kern-gen: model manifest generators and weight export for kern.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """kern-gen: model manifest generators and weight export for kern."""
+
+
+app.command("export")(export_command)
 
 
 def main() -> None:
-    sys.stderr.write("kern-gen: the generators are not implemented yet (issue 6); "
-                     "own kernels build with `python3 packages/kern-gen/kernels/build.py OUT`\n")
-    raise SystemExit(2)
+    app()

@@ -1,0 +1,82 @@
+"""The ``kern-gen export`` command (registered on the app in :mod:`kern_gen.cli`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import ExportError
+
+#: Exports at least this large show progress on stderr by default.
+PROGRESS_BYTES = 64 * 2**20
+
+
+class _Printer:
+    """Progress lines on stderr, at most a few per second (carriage returns on a tty)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, p) -> None:  # p: run.Progress
+        now = time.monotonic()
+        final = p.index == p.count
+        if not final and now - self.last < (0.2 if self.tty else 2.0):
+            return
+        self.last = now
+        mib = 2**20
+        line = (f"kern-gen export: [{p.index}/{p.count}] {p.done / mib:.1f}/{p.total / mib:.1f} "
+                f"MiB  {p.name}")
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + line + ("\n" if final else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _fail(problems: list[str]) -> None:
+    for line in problems:
+        sys.stderr.write(f"kern-gen export: error: {line}\n")
+    raise typer.Exit(2)
+
+
+def export_command(
+    manifest: Annotated[Path, typer.Option("--manifest", "-m", help="kern manifest (JSON)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="safetensors file to write")],
+    hf: Annotated[Optional[Path], typer.Option(
+        "--hf", help="Hugging Face checkpoint directory (*.safetensors, config.json)")] = None,
+    gguf: Annotated[Optional[Path], typer.Option("--gguf", help="GGUF file")] = None,
+    plan: Annotated[Optional[Path], typer.Option(
+        "--plan", help="JSON plan: merged projections, tied or derived weights "
+                       "(see kern_gen.export.plan)")] = None,
+    progress: Annotated[Optional[bool], typer.Option(
+        "--progress/--no-progress",
+        help=f"progress on stderr (default: for exports of {PROGRESS_BYTES >> 20} MiB or more)"
+    )] = None,
+) -> None:
+    """Export a manifest's weights from an HF checkpoint or a GGUF file to safetensors.
+
+    Every `weight` buffer is written with the manifest's name, dtype and shape.
+    """
+    from . import run
+    from .plan import Plan
+    from .sources import open_source
+
+    try:
+        m = run.read_manifest(manifest)
+        p = Plan.read(plan) if plan is not None else Plan()
+        src = open_source(hf=hf, gguf=gguf)
+        total = sum(s.nbytes for s in run.weight_slots(m))
+        show = progress if progress is not None else total >= PROGRESS_BYTES
+        summary = run.export(m, src, out, p, progress=_Printer() if show else None)
+    except ExportError as err:
+        _fail(err.problems)
+        return
+    unused = f"; {len(summary.unused)} source tensors unused" if summary.unused else ""
+    sys.stderr.write(f"kern-gen export: wrote {summary.tensors} tensors, "
+                     f"{summary.bytes / 2**20:.1f} MiB to {summary.out} in "
+                     f"{summary.seconds:.1f} s{unused}\n")

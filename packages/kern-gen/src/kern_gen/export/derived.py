@@ -1,0 +1,93 @@
+"""Derived weights: tensors computed from configuration values instead of read from the
+checkpoint (an extension point; a plan names one with ``{"derived": NAME, "params": {...}}``).
+
+A derived tensor is registered as a *preparer*: ``prepare(params, config, shape, what)`` is
+called while the plan is resolved (before anything is written), checks the parameters
+against the manifest's shape and raises :class:`ExportError` naming ``what`` if they do not
+fit; it returns a thunk that computes the values when the writer reaches the tensor.
+Parameters a plan omits come from the source's config (HF ``config.json`` keys) or from the
+manifest shape.
+
+One implementation: ``rope_cos_sin``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .dtypes import Array
+from .errors import ExportError
+
+Thunk = Callable[[], Array]
+Preparer = Callable[[Mapping[str, Any], Mapping[str, Any], tuple[int, ...], str], Thunk]
+
+DERIVED: dict[str, Preparer] = {}
+
+
+def register(name: str) -> Callable[[Preparer], Preparer]:
+    def deco(fn: Preparer) -> Preparer:
+        DERIVED[name] = fn
+        return fn
+    return deco
+
+
+def _number(params: Mapping[str, Any], key: str, what: str, *, integer: bool,
+            default: Any = None, config: Mapping[str, Any] | None = None,
+            config_key: str | None = None) -> Any:
+    if key in params:
+        v, origin = params[key], "plan"
+    elif config is not None and config_key and config.get(config_key) is not None:
+        v, origin = config[config_key], f"config `{config_key}`"
+    elif default is not None:
+        v, origin = default, "manifest shape"
+    else:
+        raise ExportError(f"{what}: parameter `{key}` is needed (give it in the plan's "
+                          f"`params`{f' or as `{config_key}` in the config' if config_key else ''})")
+    ok = isinstance(v, int) if integer else isinstance(v, int | float)
+    if isinstance(v, bool) or not ok or v <= 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ExportError(f"{what}: `{key}` = {v!r} (from the {origin}) is not {kind}")
+    return v
+
+
+@register("rope_cos_sin")
+def rope_cos_sin(params: Mapping[str, Any], config: Mapping[str, Any],
+                 shape: tuple[int, ...], what: str) -> Thunk:
+    """Rotary-embedding table ``[max_positions, head_dim]``: row ``p`` is
+    ``cos(p·f_0) … cos(p·f_{d/2-1}), sin(p·f_0) … sin(p·f_{d/2-1})`` with
+    ``f_i = theta^(-2i/d)`` (vLLM's ``cos_sin_cache`` layout; HF's half-rotation pairing).
+    Computed in float64, then converted to the manifest dtype.
+
+    params: ``theta`` (config ``rope_theta``), ``head_dim`` (config ``head_dim``, else the
+    shape), ``max_positions`` (the shape's first dimension). A config with ``rope_scaling``
+    set is refused: scaled ropes are not implemented."""
+    unknown = set(params) - {"theta", "head_dim", "max_positions"}
+    if unknown:
+        raise ExportError(f"{what}: unknown rope_cos_sin parameter(s) "
+                          f"{', '.join(sorted(unknown))}")
+    if config.get("rope_scaling"):
+        raise ExportError(f"{what}: the config sets rope_scaling {config['rope_scaling']!r}; "
+                          f"rope_cos_sin only computes unscaled ropes")
+    if len(shape) != 2:
+        raise ExportError(f"{what}: rope_cos_sin makes a 2-d [max_positions, head_dim] tensor; "
+                          f"the manifest declares {list(shape)}")
+    theta = float(_number(params, "theta", what, integer=False, config=config,
+                          config_key="rope_theta"))
+    d = _number(params, "head_dim", what, integer=True, default=shape[1], config=config,
+                config_key="head_dim")
+    n = _number(params, "max_positions", what, integer=True, default=shape[0])
+    if d % 2:
+        raise ExportError(f"{what}: head_dim {d} is odd")
+    if (n, d) != shape:
+        raise ExportError(f"{what}: rope_cos_sin with max_positions={n}, head_dim={d} is "
+                          f"{[n, d]}; the manifest declares {list(shape)}")
+
+    def compute() -> Array:
+        inv = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)
+        ang = np.arange(n, dtype=np.float64)[:, None] * inv[None, :]
+        return Array(np.concatenate([np.cos(ang), np.sin(ang)], axis=1), "f64")
+
+    return compute

@@ -1,0 +1,104 @@
+"""Element types and conversions, numpy only (no torch).
+
+bf16 has no numpy dtype: a bf16 array is carried as ``uint16`` bit patterns, tagged by an
+:class:`Array`. f32 -> bf16 rounds to nearest, ties to even (what torch's ``.to(bfloat16)``
+and the hardware do); NaN stays NaN (quiet), infinities stay infinite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ExportError
+
+#: kern manifest dtype -> safetensors dtype name.
+ST_NAMES: dict[str, str] = {
+    "bf16": "BF16", "f16": "F16", "f32": "F32", "fp8e4m3": "F8_E4M3",
+    "i32": "I32", "u32": "U32", "i64": "I64", "u8": "U8",
+}
+#: safetensors dtype name -> kern dtype (source side; F64 is accepted as a float source).
+FROM_ST: dict[str, str] = {v: k for k, v in ST_NAMES.items()} | {"F64": "f64"}
+
+#: numpy storage of each dtype (bf16 as its bit pattern, fp8 as raw bytes).
+STORAGE: dict[str, np.dtype] = {
+    "bf16": np.dtype("<u2"), "f16": np.dtype("<f2"), "f32": np.dtype("<f4"),
+    "f64": np.dtype("<f8"), "fp8e4m3": np.dtype("u1"), "i32": np.dtype("<i4"),
+    "u32": np.dtype("<u4"), "i64": np.dtype("<i8"), "u8": np.dtype("u1"),
+}
+SIZES: dict[str, int] = {k: v.itemsize for k, v in STORAGE.items()}
+
+FLOATS = frozenset({"bf16", "f16", "f32", "f64"})
+
+
+@dataclass(frozen=True, slots=True)
+class Array:
+    """A tensor's values: ``data`` in the numpy storage of ``dtype`` (see :data:`STORAGE`)."""
+
+    data: np.ndarray
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+def can_convert(src: str, dst: str) -> bool:
+    """Whether values of ``src`` can be written as ``dst``: identical dtypes always; among
+    floats any direction (f64 only as a source); nothing else."""
+    if src == dst:
+        return True
+    return src in FLOATS and dst in FLOATS and dst != "f64"
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> float32, exactly."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    lsb = (u >> np.uint32(16)) & np.uint32(1)
+    r = u + (np.uint32(0x7FFF) + lsb)  # wraps only for NaN payloads, handled below
+    out = (r >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = ((u[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
+    return out
+
+
+def to_f32(a: Array) -> np.ndarray:
+    """Any float :class:`Array` as float32 (f64 is rounded to nearest)."""
+    if a.dtype == "bf16":
+        return bf16_to_f32(a.data)
+    if a.dtype in FLOATS:
+        return a.data.astype(np.float32, copy=False)
+    raise TypeError(f"not a float dtype: {a.dtype}")
+
+
+def convert(a: Array, dst: str, what: str) -> np.ndarray:
+    """``a`` in the storage of ``dst``. ``what`` names the tensor in errors. A finite value
+    that does not fit the target (overflows to infinity) is an error, not a silent inf.
+    f64 sources go to bf16 through f32 (two roundings; no checkpoint we know stores f64)."""
+    if not can_convert(a.dtype, dst):
+        raise ExportError(f"{what}: cannot convert {a.dtype} to {dst}")
+    if a.dtype == dst:
+        return a.data.astype(STORAGE[dst], copy=False)
+    src = a.data if a.dtype in ("f32", "f64") else to_f32(a)
+    with np.errstate(over="ignore"):
+        if dst == "f16":
+            out = back = src.astype(np.float16)
+        elif dst == "f32":
+            out = back = src.astype(np.float32)
+        else:  # bf16
+            out = f32_to_bf16(src.astype(np.float32, copy=False))
+            back = bf16_to_f32(out)
+    if a.dtype in ("f32", "f64") or dst == "f16":
+        bad = np.isfinite(src) & ~np.isfinite(back)
+        if bad.any():
+            i = int(np.flatnonzero(bad.ravel())[0])
+            raise ExportError(f"{what}: value {float(src.ravel()[i])!r} at flat index {i} "
+                              f"overflows {dst}")
+    return out

@@ -1,0 +1,171 @@
+"""Export: resolve every manifest weight to a recipe (checking everything before a byte is
+written), then stream the tensors into one safetensors file."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kern_manifest import Manifest, ManifestError, read, shape_at
+from kern_manifest.expr import corners
+
+from .derived import DERIVED, Thunk
+from .dtypes import STORAGE, Array, can_convert, convert
+from .errors import ExportError
+from .plan import Plan, Rule
+from .sources import Source, missing
+from .writer import SafetensorsWriter, Slot
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one output tensor is made: ``parts`` (source names, concatenated along dim 0)
+    or ``thunk`` (a derived tensor)."""
+
+    slot: Slot
+    rule: Rule
+    parts: tuple[str, ...] = ()
+    thunk: Thunk | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    index: int  # tensors written so far
+    count: int
+    name: str  # the tensor just written
+    done: int  # bytes written so far
+    total: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    out: Path
+    tensors: int
+    bytes: int
+    seconds: float
+    unused: list[str]  # source tensors no weight used
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    try:
+        return read(path)
+    except ManifestError as err:
+        raise ExportError(f"manifest: {err}") from None
+    except OSError as err:
+        raise ExportError(f"manifest `{path}`: cannot read: {err.strerror or err}") from None
+
+
+def weight_slots(manifest: Manifest) -> list[Slot]:
+    """The manifest's ``weight`` buffers as output slots, in declaration order. A symbol
+    dimension takes the symbol's maximum (the size the runtime allocates and binds)."""
+    _, hi = corners(manifest.symbols)
+    return [Slot(name, b.dtype, shape_at(b.shape, hi))
+            for name, b in manifest.buffers.items() if b.cls == "weight"]
+
+
+def _resolve(slot: Slot, rule: Rule, source: Source) -> Recipe:
+    what = f"weight `{slot.name}` ({rule.origin})"
+    if rule.kind == "derived":
+        prep = DERIVED.get(rule.derived)
+        if prep is None:
+            raise ExportError(f"{what}: unknown derived tensor `{rule.derived}` "
+                              f"(known: {', '.join(sorted(DERIVED))})")
+        return Recipe(slot, rule, thunk=prep(rule.params, source.config, slot.shape, what))
+    infos = source.tensors()
+    problems = [missing(source, n) + f", needed by {what}"
+                for n in rule.sources if n not in infos]
+    if problems:
+        raise ExportError(*problems)
+    parts = [infos[n] for n in rule.sources]
+    for p in parts:
+        if not can_convert(p.dtype, slot.dtype):
+            raise ExportError(f"{what}: source `{p.name}` is {p.dtype}, which cannot be "
+                              f"converted to the manifest's {slot.dtype}")
+    desc = " + ".join(f"`{p.name}` {list(p.shape)}" for p in parts)
+    if len(parts) == 1:
+        ok = parts[0].shape == slot.shape
+    else:
+        ok = (len(slot.shape) >= 1 and all(len(p.shape) == len(slot.shape)
+                                           and p.shape[1:] == slot.shape[1:] for p in parts)
+              and sum(p.shape[0] for p in parts) == slot.shape[0])
+    if not ok:
+        how = "source" if len(parts) == 1 else "concatenation along dim 0 of"
+        raise ExportError(f"{what}: manifest declares {slot.dtype}{list(slot.shape)}, "
+                          f"{how} {desc} does not give that shape")
+    return Recipe(slot, rule, parts=tuple(rule.sources))
+
+
+def make_recipes(manifest: Manifest, source: Source, plan: Plan) -> list[Recipe]:
+    """A recipe for every weight of ``manifest``; every problem found is raised at once."""
+    slots = weight_slots(manifest)
+    if not slots:
+        raise ExportError("manifest declares no `weight` buffers; nothing to export")
+    names = set(source.tensors())
+    recipes, problems = [], []
+    for slot in slots:
+        try:
+            recipes.append(_resolve(slot, plan.rule(slot.name, names, dict(source.config)),
+                                    source))
+        except ExportError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise ExportError(*problems)
+    return recipes
+
+
+def produce(recipe: Recipe, source: Source) -> np.ndarray:
+    """The output tensor of ``recipe``, in the storage of its dtype."""
+    slot = recipe.slot
+    what = f"weight `{slot.name}`"
+    if recipe.thunk is not None:
+        return convert(recipe.thunk(), slot.dtype, what)
+    if len(recipe.parts) == 1:
+        a = source.load(recipe.parts[0])
+        _check_loaded(a, recipe.parts[0], source)
+        return convert(a, slot.dtype, what)
+    out = np.empty(slot.shape, dtype=STORAGE[slot.dtype])
+    row = 0
+    for name in recipe.parts:
+        a = source.load(name)
+        _check_loaded(a, name, source)
+        n = a.shape[0]
+        out[row:row + n] = convert(a, slot.dtype, f"{what} (part `{name}`)")
+        row += n
+        del a
+    return out
+
+
+def _check_loaded(a: Array, name: str, source: Source) -> None:
+    info = source.tensors()[name]
+    if a.shape != info.shape or a.dtype != info.dtype:
+        raise ExportError(f"{source.where}: tensor `{name}` loaded as {a.dtype}{list(a.shape)}, "
+                          f"its header says {info.dtype}{list(info.shape)}")
+
+
+def export(manifest: Manifest, source: Source, out: str | os.PathLike, plan: Plan | None = None,
+           *, progress: Callable[[Progress], Any] | None = None,
+           metadata: dict[str, str] | None = None) -> Summary:
+    """Write every weight of ``manifest`` from ``source`` into the safetensors file ``out``."""
+    t0 = time.monotonic()
+    recipes = make_recipes(manifest, source, plan or Plan())
+    used = {n for r in recipes for n in r.parts}
+    unused = sorted(set(source.tensors()) - used)
+    meta = {"format": "pt", "producer": "kern-gen export", "model": manifest.meta.model}
+    meta.update(metadata or {})
+    slots = [r.slot for r in recipes]
+    done = 0
+    with SafetensorsWriter(out, slots, meta) as w:
+        for i, r in enumerate(recipes):
+            w.write(r.slot.name, produce(r, source))
+            done += r.slot.nbytes
+            if progress is not None:
+                progress(Progress(i + 1, len(recipes), r.slot.name, done, w.total,
+                                  time.monotonic() - t0))
+    return Summary(Path(out), len(recipes), done, time.monotonic() - t0, unused)
