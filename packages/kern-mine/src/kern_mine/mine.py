@@ -2,7 +2,7 @@
 CLI calls; every step lives in its own module:
 
     launches.select_launches   executed / benchmark (dummy) / kept, identity ids
-    passes.cut_passes          requests, families (core kernels), forwards
+    passes.cut_passes          requests, families (anchor kernels), forwards
     sites.group_forwards       templates, majority alignment -> call sites
     series / reference         per-site series, token reference search, fits
     pointers.classify_pointer  stable / changing / mixed pointer slots
@@ -21,7 +21,7 @@ from .reference import choose_reference, fit_under
 from .results import (FamilyInfo, GroupInfo, Mined, Options, PassInfo, RequestInfo, SeriesFit,
                       SiteInfo)
 from .series import site_pointer_slots, site_series
-from .sites import group_forwards, group_sites, replayability
+from .sites import group_forwards, group_sites, launch_keys, replayability
 
 __all__ = ["MineError", "mine"]
 
@@ -45,25 +45,27 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
     kept = sel.kept
     kept_t = [launches[i].t_ns for i in kept]
     kept_ids = [sel.ident[i] for i in kept]
-    passes = cut_passes(kept_t, kept_ids, int(opts.gap_ms * 1e6), opts.burst_jump)
+    passes = cut_passes(kept_t, kept_ids, int(opts.gap_ms * 1e6))
     if opts.request is not None and not 0 <= opts.request < len(passes.requests):
         raise MineError(f"{capture.launches_path}: --request {opts.request} is out of range "
                         f"(the capture has {len(passes.requests)} request(s))")
     labels = [identity_label(x) for x in sel.identities]
 
     selected = [f for f in passes.forwards if opts.request is None or f.request == opts.request]
-    groups = group_forwards(selected, kept_ids, opts.min_match)
+    keys = launch_keys(kept_ids, [launches[i] for i in kept])
+    groups = group_forwards(selected, keys, opts.min_match)
     fwd_group: dict[int, int] = {}
     fwd_tokens: dict[int, int] = {}
     fwd_extra: dict[int, tuple[int, int]] = {}
     group_infos = []
     for g in groups:
-        sites = group_sites(g, kept)
+        sites = group_sites(g, kept, kept_ids)
         site_launches = [[None if i is None else launches[i] for i in s.launches] for s in sites]
         series = [site_series(sl) for sl in site_launches]
         counts = Counter(g.template)
         ref_site, reference = choose_reference(
-            [labels[s.ident] for s in sites], [counts[s.ident] for s in sites], series, opts.min_distinct)
+            [labels[s.ident] for s in sites], [counts[k] for k in g.template], series, opts.min_distinct,
+            [len(s.idents) > 1 for s in sites])
         tokens = list(series[ref_site][0].values) if ref_site is not None else [None] * len(g.forwards)
         infos = []
         verdicts: Counter[str] = Counter()
@@ -83,6 +85,7 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
             infos.append(SiteInfo(
                 index=s.pos, kernel=labels[s.ident], name=ident.name, module=ident.module,
                 occurrence=s.occurrence, present=sum(present), replay=kind,  # type: ignore[arg-type]
+                kernels=[labels[k] for k in s.idents] if len(s.idents) > 1 else [],
                 blob_params=blobs, params=None if example.params is None else len(example.params),
                 block=example.block, example_seq=example.seq, fits=fits,
                 pointers=[classify_pointer(p, tokens, present) for p in site_pointer_slots(sl)],
@@ -103,17 +106,17 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
         pass_infos.append(PassInfo(
             index=f.index, request=f.request, family=f.family, group=fwd_group.get(f.index), regular=f.regular,
             launches=f.end - f.start, first_seq=first.seq, last_seq=last.seq, t0_ns=first.t_ns, t1_ns=last.t_ns,
-            core_count=f.core_count, tokens=fwd_tokens.get(f.index), extra=ex, missing=mi))
+            tokens=fwd_tokens.get(f.index), extra=ex, missing=mi))
     req_infos = []
     for r, (s, e) in enumerate(passes.requests):
         req_infos.append(RequestInfo(index=r, launches=e - s, t0_ns=kept_t[s], t1_ns=kept_t[e - 1],
                                      forwards=[f.index for f in passes.forwards if f.request == r]))
     fam_infos = []
     for fam in passes.families:
-        ident = sel.identities[fam.core]
+        ident = sel.identities[fam.anchor]
         fam_infos.append(FamilyInfo(
-            index=fam.index, core=labels[fam.core], core_name=ident.name, core_module=ident.module,
-            core_per_forward=fam.core_per_forward, burst_gap_ns=fam.burst_gap_ns, head=fam.head, tail=fam.tail,
+            index=fam.index, anchor=labels[fam.anchor], anchor_name=ident.name, anchor_module=ident.module,
+            tail=fam.tail, start=None if fam.start is None else labels[fam.start], between=fam.between,
             forwards=fam.forwards, irregular=[k for k in fam.forwards if not passes.forwards[k].regular]))
     return Mined(capture=str(capture.launches_path), options=opts, launches=len(launches),
                  not_executed=sel.not_executed, dummy=len(sel.dummy), kept=len(kept), unassigned=passes.unassigned,

@@ -3,31 +3,52 @@
 Input: the kept launches (executed, not benchmark repetitions) as parallel lists of entry
 times and identity ids, in call order.  Positions below are indices into those lists.
 
+Time separates requests, and nothing else: inside a request, forwards follow each other with
+host gaps of a few hundred microseconds, while host stalls *inside* a forward (a host sync, a
+guard check, Python) are as long or longer and sit at the same place in every forward, so no
+time statistic finds forward boundaries.  Forwards are cut by the kernel sequence itself.
+
 Contract:
 
 * **Requests** are separated by time gaps larger than ``gap_ns`` (default 5 ms) between
   consecutive kept launches.
-* **Forwards** are cut at the bursts of a *core* kernel: the most frequent identity among the
-  launches not yet assigned.  Its occurrences are split into bursts at request boundaries and
-  at occurrence-to-occurrence time gaps that are a *natural break*: sorting the gaps, the first
-  jump by a factor ``burst_jump`` above the median (the median gap is an intra-forward gap
-  because a core kernel bursts many times per forward).  The launches between two bursts are
-  split at the largest time gap between them (the host syncs between forwards); the majority
-  head/tail lengths found this way bound the forwards at request edges and around long
-  stretches of foreign launches, so a few launches of boundary jitter are tolerated and later
-  fixed by majority alignment (``sites``).
-* Bursts whose core count differs from the family's most common count are **irregular**
-  forwards (a first forward interleaved with autotuning, a truncated capture); they are
-  reported and not mined.
-* Launches left over (a different compiled graph whose kernels never share the first core,
-  cache resets between requests...) are cut again with their own core kernel: each round is a
-  **family** with its own core.  Rounds stop when no identity yields two regular forwards.
-  What is still left is reported as unassigned.
+* A **stretch** is a maximal run of launches of one request that no earlier family owns.
+* The **anchor** of a family is a kernel identity that runs once per forward, in every
+  forward.  For each identity not yet owned: its *period* is the median distance between
+  consecutive occurrences inside a stretch, and its *cover* the share of the stretches'
+  launches in segments between consecutive occurrences whose length is within a factor 2 of
+  the period (plus one period per stretch, for the part before the first occurrence).  A
+  kernel missing from some forwards (one compiled graph only) spans two forwards there and
+  one that runs several times in some forwards splits them: both lose cover.  Among the
+  identities with at least 90 % of the best cover, those whose period is at least half the
+  longest (once per forward, not once per layer) qualify; the one with the most cover wins,
+  ties going to the identity seen first.
+* The **end** of a forward is ``tail`` launches after an anchor occurrence, ``tail`` being the
+  most common number of launches that follow the last anchor occurrence up to the end of a
+  request (a request ends with a complete forward; ties: the smaller).
+* The **start** kernel: between consecutive ends of one stretch lies a forward, possibly
+  preceded by launches that are not part of it (cache resets or host-side setup between
+  requests or steps).  Among the identities present in at least 90 % of these interior
+  segments, the one whose first occurrence lies earliest (median offset from the segment's
+  beginning) starts a forward; a forward runs from the first occurrence of the start kernel
+  after the previous end to its own end.  The launches before it belong to no forward.  Without
+  interior segments (no stretch holds two forwards) there is no start kernel and a forward
+  begins right after the previous end (or at the stretch's start).
+* **Irregular** (truncated) forwards: the first segment of a stretch that lacks the start
+  kernel (the capture or the trim began inside a forward), and launches after the last end
+  that contain the start kernel (the capture ended inside one).  They are reported, not mined.
+* A family needs two regular forwards with the same kernel sequence (a repeated pass) and a
+  median forward of at least two launches.
+* Launches left over are cut again in further rounds (a **family** each: e.g. a compiled graph
+  that shares no once-per-forward kernel with the first), as long as an anchor yields two or
+  more regular forwards at least a quarter as long (median) as the first family's; shorter
+  repeating stretches (cache resets, setup bursts between forwards) stay unassigned.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import statistics
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import msgspec
@@ -43,23 +64,21 @@ class Forward(msgspec.Struct):
     family: int
     start: int
     end: int
-    core_count: int
     regular: bool
 
 
 class Family(msgspec.Struct):
-    """One round of cutting: a core kernel and the forwards cut at its bursts."""
+    """One round of cutting: an anchor kernel and the forwards cut at its occurrences."""
 
     index: int
-    core: int
-    """Identity id of the core kernel."""
-    core_per_forward: int
-    """The most common number of core launches per forward (regular forwards have it)."""
-    burst_gap_ns: int | None
-    """Occurrence gaps above this split bursts (None: only request boundaries split)."""
-    head: int
+    anchor: int
+    """Identity id of the anchor (once per forward)."""
     tail: int
-    """Majority launches before the first / after the last core launch of a forward."""
+    """Launches from an anchor occurrence to the last launch of its forward."""
+    start: int | None
+    """Identity id of the start kernel (None: forwards begin right after the previous one)."""
+    between: int
+    """Launches inside this family's stretches that lie between forwards (in none)."""
     forwards: list[int]
 
 
@@ -73,39 +92,132 @@ class Passes(msgspec.Struct):
     """Kept launches in no forward."""
 
 
-def _natural_break(gaps: list[int], jump: float) -> int | None:
-    """The largest intra-burst gap: scanning the sorted gaps upward from the median, the value
-    just below the first jump by ``jump``x.  None when there is no such jump."""
-    if len(gaps) < 2:
-        return None
-    s = sorted(gaps)
-    for k in range(len(s) // 2, len(s) - 1):
-        if s[k + 1] > jump * max(s[k], 1):
-            return s[k]
-    return None
-
-
 def _mode(values: list[int]) -> int:
-    """Most common value; ties go to the larger value."""
+    """Most common value; ties go to the smaller value."""
     c = Counter(values)
-    return max(c, key=lambda v: (c[v], v))
+    return min(c, key=lambda v: (-c[v], v))
 
 
-def _largest_gap(t: Sequence[int], lo: int, hi: int) -> int:
-    """The position j in [lo, hi] maximising t[j] - t[j-1] (first on ties)."""
-    best, at = -1, lo
-    for j in range(lo, hi + 1):
-        g = t[j] - t[j - 1]
-        if g > best:
-            best, at = g, j
-    return at
+def _stretches(req: Sequence[int], owner: Sequence[int]) -> list[tuple[int, int]]:
+    """Maximal ``[s, e)`` runs of unowned positions inside one request."""
+    out = []
+    n = len(req)
+    i = 0
+    while i < n:
+        if owner[i] >= 0:
+            i += 1
+            continue
+        j = i + 1
+        while j < n and owner[j] < 0 and req[j] == req[i]:
+            j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def _choose_anchor(ids: Sequence[int], stretches: list[tuple[int, int]], exclude: set[int]) -> list[int]:
+    """Anchor candidates, best first (see the module docstring)."""
+    dists: dict[int, list[int]] = defaultdict(list)
+    in_stretches: dict[int, int] = defaultdict(int)
+    first_seen: dict[int, int] = {}
+    total = 0
+    for s, e in stretches:
+        total += e - s
+        last: dict[int, int] = {}
+        for i in range(s, e):
+            k = ids[i]
+            first_seen.setdefault(k, i)
+            p = last.get(k)
+            if p is not None:
+                dists[k].append(i - p)
+            else:
+                in_stretches[k] += 1
+            last[k] = i
+    cands = [k for k in dists if k not in exclude]
+    if not cands or not total:
+        return []
+    period = {k: statistics.median(dists[k]) for k in cands}
+
+    def covered(k: int) -> float:  # launches in forward-sized segments, one more per stretch
+        p = period[k]
+        return min(1.0, (sum(d for d in dists[k] if p / 2 <= d <= 2 * p) + p * in_stretches[k]) / total)
+
+    cover = {k: covered(k) for k in cands}
+    best = max(cover.values())
+    good = [k for k in cands if cover[k] >= 0.9 * best]
+    longest = max(period[k] for k in good)
+    good = [k for k in good if period[k] >= longest / 2]
+    return sorted(good, key=lambda k: (-cover[k], first_seen[k]))
+
+
+def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]], req_end: Sequence[int],
+                req: Sequence[int]):
+    """Forward spans ``(start, end, regular)`` for one anchor, with (tail, start identity, between)."""
+    occ: list[list[int]] = []
+    for s, e in stretches:
+        occ.append([i for i in range(s, e) if ids[i] == anchor])
+    # tail: launches after the last anchor occurrence up to the end of the request
+    tails = [e - 1 - o[-1] for (s, e), o in zip(stretches, occ) if o and e == req_end[req[s]]]
+    if not tails:
+        tails = [e - 1 - o[-1] for (s, e), o in zip(stretches, occ) if o]
+    if not tails:
+        return None
+    tail = _mode(tails)
+    ends: list[list[int]] = [[i + tail for i in o if i + tail < e] for (s, e), o in zip(stretches, occ)]
+
+    # start kernel: present in >= 90 % of interior segments, earliest median first offset
+    first_off: dict[int, list[int]] = defaultdict(list)
+    interior = 0
+    for en in ends:
+        for a, b in zip(en, en[1:]):
+            interior += 1
+            seen: set[int] = set()
+            for i in range(a + 1, b + 1):
+                k = ids[i]
+                if k not in seen:
+                    seen.add(k)
+                    first_off[k].append(i - a - 1)
+    start_id = None
+    if interior:
+        present = [k for k, offs in first_off.items() if len(offs) >= 0.9 * interior]
+        if present:
+            start_id = min(present, key=lambda k: (statistics.median(first_off[k]), k))
+
+    spans: list[tuple[int, int, bool]] = []
+    between = 0
+
+    def first_start(lo: int, hi: int) -> int | None:  # first start-kernel position in [lo, hi)
+        for i in range(lo, hi):
+            if ids[i] == start_id:
+                return i
+        return None
+
+    for (s, e), en in zip(stretches, ends):
+        prev = s - 1
+        for k, end in enumerate(en):
+            if start_id is None:
+                spans.append((prev + 1, end + 1, True))
+            else:
+                st = first_start(prev + 1, end + 1)
+                if st is None:
+                    # no start kernel: a truncated forward at the stretch's start, or (inside a
+                    # stretch) a forward that lacks it; either way not a whole forward
+                    spans.append((prev + 1, end + 1, False))
+                else:
+                    between += st - prev - 1
+                    spans.append((st, end + 1, True))
+            prev = end
+        if en and start_id is not None and prev + 1 < e:
+            st = first_start(prev + 1, e)
+            if st is not None:  # the capture ends inside a forward
+                spans.append((st, e, False))
+    return spans, tail, start_id, between
 
 
 def cut_passes(
     t: Sequence[int],
     ids: Sequence[int],
     gap_ns: int = 5_000_000,
-    burst_jump: float = 4.0,
     max_families: int = 16,
 ) -> Passes:
     """Requests, families and forwards of the kept launches (see the module docstring)."""
@@ -121,26 +233,34 @@ def cut_passes(
             start = i
     if n:
         requests.append((start, n))
-    req_start = [s for s, _ in requests]
     req_end = [e for _, e in requests]
 
     owner = [-1] * n
     families: list[Family] = []
     forwards: list[Forward] = []
+    scale: float | None = None  # median forward length of the first family
+    tried: set[int] = set()
     while len(families) < max_families:
-        counts = Counter(ids[i] for i in range(n) if owner[i] < 0)
+        stretches = _stretches(req, owner)
         made = False
-        for core, c in counts.most_common(4):
-            if c < 2:
-                break
-            cut = _cut_family(core, t, ids, req, req_start, req_end, owner, burst_jump)
+        for anchor in _choose_anchor(ids, stretches, tried)[:4]:
+            tried.add(anchor)
+            cut = _cut_family(anchor, ids, stretches, req_end, req)
             if cut is None:
                 continue
-            fam, spans = cut
-            fam.index = len(families)
-            for s, e, cnt, regular in spans:
+            spans, tail, start_id, between = cut
+            regular = [e - s for s, e, ok in spans if ok]
+            seqs = Counter(tuple(ids[s:e]) for s, e, ok in spans if ok)
+            if len(regular) < 2 or statistics.median(regular) < 2 or max(seqs.values()) < 2:
+                continue
+            if scale is not None and statistics.median(regular) < scale / 4:
+                continue
+            if scale is None:
+                scale = statistics.median(regular)
+            fam = Family(len(families), anchor, tail, start_id, between, [])
+            for s, e, ok in spans:
                 k = len(forwards)
-                forwards.append(Forward(k, req[s], fam.index, s, e, cnt, regular))
+                forwards.append(Forward(k, req[s], fam.index, s, e, ok))
                 fam.forwards.append(k)
                 for j in range(s, e):
                     owner[j] = k
@@ -158,95 +278,3 @@ def cut_passes(
     for fam in families:
         fam.forwards = sorted(renum[k] for k in fam.forwards)
     return Passes(requests, forwards, families, sum(1 for o in owner if o < 0))
-
-
-def _cut_family(core, t, ids, req, req_start, req_end, owner, burst_jump):
-    """Bursts of ``core`` among unowned launches -> (Family, [(start, end, count, regular)]),
-    or None when fewer than two regular forwards come out."""
-    n = len(t)
-    owned_before = [0] * (n + 1)  # prefix count of owned positions
-    for i in range(n):
-        owned_before[i + 1] = owned_before[i] + (owner[i] >= 0)
-
-    def clear(a: int, b: int) -> bool:  # no owned launch in (a, b)
-        return owned_before[b] - owned_before[a + 1] == 0
-
-    occ = [i for i in range(n) if owner[i] < 0 and ids[i] == core]
-    linked = [req[a] == req[b] and clear(a, b) for a, b in zip(occ, occ[1:])]
-    gaps = [t[b] - t[a] for (a, b), ok in zip(zip(occ, occ[1:]), linked) if ok]
-    thr = _natural_break(gaps, burst_jump)
-    bursts: list[list[int]] = [[occ[0]]]
-    for (a, b), ok in zip(zip(occ, occ[1:]), linked):
-        if ok and (thr is None or t[b] - t[a] <= thr):
-            bursts[-1].append(b)
-        else:
-            bursts.append([b])
-    modal = _mode([len(b) for b in bursts])
-    if sum(1 for b in bursts if len(b) == modal) < 2:
-        return None
-
-    # Interior windows between bursts of one request with nothing owned in between: split at
-    # the largest time gap; their majority head/tail lengths serve every other boundary.
-    interior = [req[b1[-1]] == req[b2[0]] and clear(b1[-1], b2[0]) for b1, b2 in zip(bursts, bursts[1:])]
-    splits: list[int | None] = []
-    heads, tails = [], []
-    for (b1, b2), inner in zip(zip(bursts, bursts[1:]), interior):
-        if not inner:
-            splits.append(None)
-            continue
-        j = _largest_gap(t, b1[-1] + 1, b2[0])
-        splits.append(j)
-        tails.append(j - b1[-1] - 1)
-        heads.append(b2[0] - j)
-    head = _mode(heads) if heads else None
-    tail = _mode(tails) if tails else None
-
-    def edge_limit_before(i: int) -> int:  # first position a forward starting before i may take
-        lo = req_start[req[i]]
-        j = i - 1
-        while j >= lo and owner[j] < 0:
-            j -= 1
-        return j + 1
-
-    def edge_limit_after(i: int) -> int:  # one past the last position a forward ending after i may take
-        hi = req_end[req[i]]
-        j = i + 1
-        while j < hi and owner[j] < 0:
-            j += 1
-        return j
-
-    def edge_start(b0: int, limit: int) -> int:
-        if head is not None:
-            return max(limit, b0 - head)
-        # No interior evidence: start after the last gap above the burst threshold, if any.
-        s = limit
-        for j in range(limit + 1, b0 + 1):
-            if thr is not None and t[j] - t[j - 1] > thr:
-                s = j
-        return s
-
-    def edge_end(b1: int, limit: int) -> int:
-        if tail is not None:
-            return min(limit, b1 + 1 + tail)
-        for j in range(b1 + 1, limit):
-            if thr is not None and t[j] - t[j - 1] > thr:
-                return j
-        return limit
-
-    slack = max(4, (head or 0) + (tail or 0))
-    starts = [0] * len(bursts)
-    ends = [0] * len(bursts)
-    starts[0] = edge_start(bursts[0][0], edge_limit_before(bursts[0][0]))
-    for k, (b1, b2) in enumerate(zip(bursts, bursts[1:])):
-        j = splits[k]
-        window = b2[0] - b1[-1] - 1
-        if j is not None and window <= (head or 0) + (tail or 0) + slack:
-            ends[k] = starts[k + 1] = j
-        else:
-            ends[k] = edge_end(b1[-1], edge_limit_after(b1[-1]) if j is None else b2[0])
-            starts[k + 1] = edge_start(b2[0], edge_limit_before(b2[0]) if j is None else ends[k])
-    ends[-1] = edge_end(bursts[-1][-1], edge_limit_after(bursts[-1][-1]))
-
-    fam = Family(-1, core, modal, thr, head or 0, tail or 0, [])
-    spans = [(s, e, len(b), len(b) == modal) for s, e, b in zip(starts, ends, bursts)]
-    return fam, spans

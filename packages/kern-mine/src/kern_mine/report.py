@@ -8,10 +8,6 @@ from .results import GroupInfo, Mined, PassInfo, SiteInfo
 __all__ = ["render_report"]
 
 
-def _us(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:.1f} us"
-
-
 def _samples(s: list[tuple[int, int]], limit: int = 6) -> str:
     txt = " ".join(f"{t}->{v}" for t, v in s[:limit])
     return txt + (" ..." if len(s) > limit else "")
@@ -33,6 +29,8 @@ def _site(s: SiteInfo, nfwd: int) -> list[str]:
     head = (f"  [{s.index:3d}] {s.kernel} #{s.occurrence}  {s.replay}{blob}  params {params}  "
             f"block {s.block[0]}x{s.block[1]}x{s.block[2]}  present {s.present}/{nfwd}  e.g. seq {s.example_seq}")
     out = [head]
+    if s.kernels:
+        out.append(f"        kernels (chosen per shape by the library): {', '.join(s.kernels)}")
     consts = []
     for f in s.fits:
         if f.verdict == "constant":
@@ -88,11 +86,12 @@ def render_report(m: Mined) -> str:
         f"requests {len(m.requests)} (time gap > {o.gap_ms:g} ms)"
         + (f"; mining request {o.request} only" if o.request is not None else ""),
         "",
-        "families (one core kernel each; forwards are cut at its bursts)",
+        "families (forwards end `tail` launches after each occurrence of a once-per-forward anchor kernel,",
+        "          and begin at the first start kernel after the previous end)",
     ]
     for f in m.families:
-        out.append(f"  {f.index}: core {f.core} x{f.core_per_forward} per forward, burst gap <= {_us(f.burst_gap_ns)}, "
-                   f"head {f.head}, tail {f.tail}, {len(f.forwards)} forwards"
+        out.append(f"  {f.index}: anchor {f.anchor}, tail {f.tail}, start {f.start or '-'}, "
+                   f"{f.between} launches between forwards, {len(f.forwards)} forwards"
                    + (f", irregular {', '.join(map(str, f.irregular))}" if f.irregular else ""))
     out += ["", "passes"] + _pass_rows(m.passes)
     for g in m.groups:

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 MINED_FORMAT = "kern-mined"
-MINED_VERSION = 1
+MINED_VERSION = 2
 
 
 class _S(msgspec.Struct, kw_only=True):
@@ -30,7 +30,6 @@ class _S(msgspec.Struct, kw_only=True):
 
 class Options(_S, kw_only=True):
     gap_ms: float = 5.0
-    burst_jump: float = 4.0
     min_repeats: int = 8
     min_match: float = 0.9
     min_distinct: int = 3
@@ -57,7 +56,6 @@ class PassInfo(_S, kw_only=True):
     last_seq: int
     t0_ns: int
     t1_ns: int
-    core_count: int
     tokens: int | None
     """The token count under the group's chosen reference (None: no reference / no group)."""
     extra: int = 0
@@ -66,13 +64,16 @@ class PassInfo(_S, kw_only=True):
 
 class FamilyInfo(_S, kw_only=True):
     index: int
-    core: str
-    core_name: str | None
-    core_module: str | None
-    core_per_forward: int
-    burst_gap_ns: int | None
-    head: int
+    anchor: str
+    """Label of the once-per-forward kernel whose occurrences end forwards."""
+    anchor_name: str | None
+    anchor_module: str | None
     tail: int
+    """Launches from an anchor occurrence to the last launch of its forward."""
+    start: str | None
+    """Label of the kernel that begins a forward (None: a forward begins right after the previous one)."""
+    between: int
+    """Launches between this family's forwards that belong to none (e.g. cache resets)."""
     forwards: list[int]
     irregular: list[int]
 
@@ -85,7 +86,8 @@ class Candidate(_S, kw_only=True):
     unfittable: int
     underdetermined: int
     complexity: int
-    """Sum of the classes of every non-constant fit (tie-break: simpler is better)."""
+    """Sum of the classes of every non-constant fit, an unfittable one counting 5 (tie-break:
+    simpler is better)."""
     chosen: bool = False
 
 
@@ -134,6 +136,9 @@ class SiteInfo(_S, kw_only=True):
     occurrence: int
     present: int
     """Forwards of the group that have this site."""
+    kernels: list[str] = []
+    """Every kernel seen at this site when more than one (a library call whose kernel the library
+    picks per shape, e.g. cuBLAS); empty otherwise."""
     replay: Literal["flat", "extra", "aggregate", "unreadable"]
     blob_params: int
     params: int | None

@@ -2,8 +2,13 @@
 
 Contract:
 
+* Forwards are compared by their *key* sequence: a launch's key is its kernel identity,
+  except for launches whose arguments are a packed ``extra`` buffer (an opaque library call,
+  e.g. a cuBLAS GEMM): the library picks the kernel from the problem shape, so one call site
+  shows different kernels at different token counts; all such launches share one key.  The
+  runtime calls the library itself at such a site, so the kernel is not part of the site.
 * Regular forwards of one family are grouped by *template*: a forward joins the first
-  template (taken in order of how many forwards share it exactly) whose identity sequence it
+  template (taken in order of how many forwards share it exactly) whose key sequence it
   matches to at least ``min_match`` (matched launches / the longer of the two sequences);
   otherwise it starts a new template.  The most common exact sequence is therefore the
   majority template, and a forward whose cut boundary jittered by a launch or two, or that
@@ -31,7 +36,15 @@ import msgspec
 from .capture_format import Launch
 from .passes import Forward
 
-__all__ = ["Group", "Site", "group_forwards", "group_sites", "replayability"]
+__all__ = ["EXTRA_KEY", "Group", "Site", "group_forwards", "group_sites", "launch_keys", "replayability"]
+
+EXTRA_KEY = -1
+"""The alignment key of every launch whose arguments are a packed ``extra`` buffer."""
+
+
+def launch_keys(kept_ids: Sequence[int], launches: Sequence[Launch]) -> list[int]:
+    """The alignment key of each kept launch (``kept_ids[i]`` is the identity of ``launches[i]``)."""
+    return [EXTRA_KEY if x.args == "extra" else k for k, x in zip(kept_ids, launches)]
 
 
 class Group(msgspec.Struct):
@@ -40,7 +53,7 @@ class Group(msgspec.Struct):
     index: int
     family: int
     template: list[int]
-    """Identity ids of the template's launches."""
+    """Keys of the template's launches (identity ids; ``EXTRA_KEY`` for packed-extra launches)."""
     forwards: list[int]
     """Forward indices (``Passes.forwards``) in call order."""
     slots: list[list[int | None]]
@@ -55,9 +68,12 @@ class Site(msgspec.Struct):
     group: int
     pos: int
     ident: int
+    """The identity seen most often at this position."""
     occurrence: int
     launches: list[int | None]
     """Capture launch index per forward of the group (None where the forward lacks it)."""
+    idents: list[int] = []
+    """Every identity seen at this position (more than one only at library-call sites)."""
 
 
 def _align(template: Sequence[int], seq: Sequence[int]) -> tuple[list[int | None], int]:
@@ -76,7 +92,7 @@ def _align(template: Sequence[int], seq: Sequence[int]) -> tuple[list[int | None
 
 def group_forwards(
     forwards: Sequence[Forward],
-    kept_ids: Sequence[int],
+    keys: Sequence[int],
     min_match: float = 0.9,
     max_shift: int = 2,
 ) -> list[Group]:
@@ -87,7 +103,7 @@ def group_forwards(
     launches of the pair to the template (the majority decides where a jittered launch
     belongs).  Repaired forwards have their ``start``/``end`` updated in place."""
     regular = [f for f in forwards if f.regular]
-    seqs = {f.index: tuple(kept_ids[f.start:f.end]) for f in regular}
+    seqs = {f.index: tuple(keys[f.start:f.end]) for f in regular}
     freq = Counter(seqs.values())
     order = sorted(seqs, key=lambda k: (-freq[seqs[k]], k))
     by_index = {f.index: f for f in regular}
@@ -111,7 +127,7 @@ def group_forwards(
             if a.end != b.start:
                 continue
             def score(cut: int) -> int:
-                return (_align(tpl, kept_ids[a.start:cut])[1] + _align(tpl, kept_ids[cut:b.end])[1])
+                return (_align(tpl, keys[a.start:cut])[1] + _align(tpl, keys[cut:b.end])[1])
             base = score(a.end)
             if base == 2 * len(tpl):
                 continue
@@ -129,7 +145,7 @@ def group_forwards(
         g = Group(0, fam, list(tpl), [], [], [], [])
         for k in members:
             f = by_index[k]
-            seq = kept_ids[f.start:f.end]
+            seq = keys[f.start:f.end]
             slots, matched = _align(tpl, seq)
             g.forwards.append(k)
             g.slots.append([None if s is None else f.start + s for s in slots])
@@ -142,15 +158,17 @@ def group_forwards(
     return groups
 
 
-def group_sites(group: Group, kept: Sequence[int]) -> list[Site]:
+def group_sites(group: Group, kept: Sequence[int], kept_ids: Sequence[int]) -> list[Site]:
     """The call sites of a group, launch indices mapped to the capture's launch list."""
     seen: Counter[int] = Counter()
     sites = []
-    for j, ident in enumerate(group.template):
-        occ = seen[ident]
-        seen[ident] += 1
+    for j, key in enumerate(group.template):
+        occ = seen[key]
+        seen[key] += 1
         launches = [None if slots[j] is None else kept[slots[j]] for slots in group.slots]
-        sites.append(Site(group.index, j, ident, occ, launches))
+        found = Counter(kept_ids[slots[j]] for slots in group.slots if slots[j] is not None)
+        ident = min(found, key=lambda k: (-found[k], k))
+        sites.append(Site(group.index, j, ident, occ, launches, sorted(found)))
     return sites
 
 
