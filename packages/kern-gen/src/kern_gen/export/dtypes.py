@@ -78,27 +78,56 @@ def to_f32(a: Array) -> np.ndarray:
     raise TypeError(f"not a float dtype: {a.dtype}")
 
 
+#: Elements converted at a time: bounds the temporaries of a conversion to a few MiB.
+CHUNK = 1 << 20
+
+
 def convert(a: Array, dst: str, what: str) -> np.ndarray:
-    """``a`` in the storage of ``dst``. ``what`` names the tensor in errors. A finite value
+    """``a`` in the storage of ``dst`` (a new array unless the dtypes are equal)."""
+    if a.dtype == dst:
+        if not can_convert(a.dtype, dst):
+            raise ExportError(f"{what}: cannot convert {a.dtype} to {dst}")
+        return a.data.astype(STORAGE[dst], copy=False)
+    out = np.empty(a.shape, dtype=STORAGE[dst])
+    convert_into(a, out, dst, what)
+    return out
+
+
+def convert_into(a: Array, out: np.ndarray, dst: str, what: str) -> None:
+    """Write ``a`` converted to ``dst`` into ``out`` (same shape, storage of ``dst``),
+    :data:`CHUNK` elements at a time. ``what`` names the tensor in errors. A finite value
     that does not fit the target (overflows to infinity) is an error, not a silent inf.
     f64 sources go to bf16 through f32 (two roundings; no checkpoint we know stores f64)."""
     if not can_convert(a.dtype, dst):
         raise ExportError(f"{what}: cannot convert {a.dtype} to {dst}")
+    if out.shape != a.shape or out.dtype != STORAGE[dst]:
+        raise ValueError(f"{what}: output {out.dtype}{list(out.shape)} does not fit "
+                         f"{dst}{list(a.shape)}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{what}: convert_into needs a contiguous output")
+    x, y = a.data.reshape(-1), out.reshape(-1)
     if a.dtype == dst:
-        return a.data.astype(STORAGE[dst], copy=False)
-    src = a.data if a.dtype in ("f32", "f64") else to_f32(a)
+        y[:] = x
+        return
+    for i in range(0, x.size, CHUNK):
+        y[i:i + CHUNK] = _convert_flat(x[i:i + CHUNK], a.dtype, dst, what, i)
+
+
+def _convert_flat(x: np.ndarray, src: str, dst: str, what: str, base: int) -> np.ndarray:
+    """One chunk: ``x`` (1-d, storage of ``src``) -> storage of ``dst``."""
+    f = bf16_to_f32(x) if src == "bf16" else x
     with np.errstate(over="ignore"):
         if dst == "f16":
-            out = back = src.astype(np.float16)
+            out = back = f.astype(np.float16)
         elif dst == "f32":
-            out = back = src.astype(np.float32)
+            out = back = f.astype(np.float32)
         else:  # bf16
-            out = f32_to_bf16(src.astype(np.float32, copy=False))
+            out = f32_to_bf16(f.astype(np.float32, copy=False))
             back = bf16_to_f32(out)
-    if a.dtype in ("f32", "f64") or dst == "f16":
-        bad = np.isfinite(src) & ~np.isfinite(back)
+    if src in ("f32", "f64") or dst == "f16":
+        bad = np.isfinite(f) & ~np.isfinite(back)
         if bad.any():
-            i = int(np.flatnonzero(bad.ravel())[0])
-            raise ExportError(f"{what}: value {float(src.ravel()[i])!r} at flat index {i} "
+            i = int(np.flatnonzero(bad)[0])
+            raise ExportError(f"{what}: value {float(f[i])!r} at flat index {base + i} "
                               f"overflows {dst}")
     return out

@@ -14,6 +14,8 @@ from .dtypes import Array
 from .errors import ExportError
 from .sources import TensorInfo, missing
 
+_CHUNK_ELEMENTS = 1 << 20
+
 
 class GGUFSource:
     """Tensors of a GGUF file. F32/F16 tensors load as they are stored; BF16 and every
@@ -74,6 +76,14 @@ class GGUFSource:
         try:
             if t.tensor_type.name in ("F32", "F16"):
                 data = np.asarray(t.data)
+            elif t.data.ndim >= 2 and t.data.shape[0] > 1:
+                # row blocks at a time: bounds the dequantizer's temporaries
+                raw = t.data.reshape(t.data.shape[0], -1)
+                data = np.empty((raw.shape[0], info.n_elements // raw.shape[0]), np.float32)
+                step = max(1, _CHUNK_ELEMENTS // data.shape[1])
+                for i in range(0, raw.shape[0], step):
+                    data[i:i + step] = gguf.quants.dequantize(
+                        raw[i:i + step], t.tensor_type).reshape(-1, data.shape[1])
             else:
                 data = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as err:

@@ -16,7 +16,7 @@ from kern_manifest import Manifest, ManifestError, read, shape_at
 from kern_manifest.expr import corners
 
 from .derived import DERIVED, Thunk
-from .dtypes import STORAGE, Array, can_convert, convert
+from .dtypes import STORAGE, Array, can_convert, convert, convert_into
 from .errors import ExportError
 from .plan import Plan, Rule
 from .sources import Source, missing
@@ -121,7 +121,8 @@ def make_recipes(manifest: Manifest, source: Source, plan: Plan) -> list[Recipe]
 
 
 def produce(recipe: Recipe, source: Source) -> np.ndarray:
-    """The output tensor of ``recipe``, in the storage of its dtype."""
+    """The output tensor of ``recipe``, in the storage of its dtype. Conversion goes chunk
+    by chunk into the output, so the peak is the output plus one loaded source tensor."""
     slot = recipe.slot
     what = f"weight `{slot.name}`"
     if recipe.thunk is not None:
@@ -136,7 +137,7 @@ def produce(recipe: Recipe, source: Source) -> np.ndarray:
         a = source.load(name)
         _check_loaded(a, name, source)
         n = a.shape[0]
-        out[row:row + n] = convert(a, slot.dtype, f"{what} (part `{name}`)")
+        convert_into(a, out[row:row + n], slot.dtype, f"{what} (part `{name}`)")
         row += n
         del a
     return out

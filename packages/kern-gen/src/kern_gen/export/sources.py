@@ -37,6 +37,13 @@ class TensorInfo:
     shape: tuple[int, ...]
     dtype: str
 
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
 
 class Source(Protocol):
     #: Human-readable origin, used in error messages.
