@@ -79,8 +79,7 @@ def _resolve(slot: Slot, rule: Rule, source: Source) -> Recipe:
                               f"(known: {', '.join(sorted(DERIVED))})")
         return Recipe(slot, rule, thunk=prep(rule.params, source.config, slot.shape, what))
     infos = source.tensors()
-    problems = [missing(source, n) + f", needed by {what}"
-                for n in rule.sources if n not in infos]
+    problems = [f"{what}: {missing(source, n)}" for n in rule.sources if n not in infos]
     if problems:
         raise ExportError(*problems)
     parts = [infos[n] for n in rule.sources]
