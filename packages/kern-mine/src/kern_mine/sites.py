@@ -76,11 +76,48 @@ class Site(msgspec.Struct):
     """Every identity seen at this position (more than one only at library-call sites)."""
 
 
+def _skip_align(a: Sequence[int], b: Sequence[int], window: int = 8) -> list[tuple[int, int]] | None:
+    """A linear-time alignment for sequences that differ by a few scattered insertions (e.g. a
+    library-inserted reduction missing at some token counts): walk both, and on a mismatch skip
+    the fewest launches (at most ``window``) of one side after which two launches match again.
+    Returns the matched pairs if every launch of the shorter sequence matched (then no
+    alignment matches more), else None (the caller falls back to ``difflib``)."""
+    n, m = len(a), len(b)
+    short = min(n, m)
+    if n - short > window * 64 or m - short > window * 64:
+        return None
+    i = j = 0
+    pairs: list[tuple[int, int]] = []
+    while i < n and j < m:
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i += 1
+            j += 1
+            continue
+        for d in range(1, window + 1):
+            if i + d < n and a[i + d] == b[j] and (i + d + 1 >= n or j + 1 >= m or a[i + d + 1] == b[j + 1]):
+                i += d
+                break
+            if j + d < m and b[j + d] == a[i] and (j + d + 1 >= m or i + 1 >= n or b[j + d + 1] == a[i + 1]):
+                j += d
+                break
+        else:
+            return None
+        if len(pairs) + min(n - i, m - j) < short:
+            return None
+    return pairs if len(pairs) == short else None
+
+
 def _align(template: Sequence[int], seq: Sequence[int]) -> tuple[list[int | None], int]:
     """For each template position, the index into ``seq`` aligned to it; and the match count."""
     if list(template) == list(seq):
         return list(range(len(seq))), len(seq)
     out: list[int | None] = [None] * len(template)
+    fast = _skip_align(template, seq)
+    if fast is not None:  # every launch of the shorter sequence matched: a maximum alignment
+        for a, b in fast:
+            out[a] = b
+        return out, len(fast)
     matched = 0
     sm = SequenceMatcher(None, template, seq, autojunk=False)
     for a, b, size in sm.get_matching_blocks():
@@ -108,13 +145,26 @@ def group_forwards(
     order = sorted(seqs, key=lambda k: (-freq[seqs[k]], k))
     by_index = {f.index: f for f in regular}
     templates: list[tuple[int, tuple[int, ...], list[int]]] = []  # (family, template, members)
+    bags: dict[tuple[int, ...], Counter[int]] = {}
+
+    def bag(seq: tuple[int, ...]) -> Counter[int]:
+        if seq not in bags:
+            bags[seq] = Counter(seq)
+        return bags[seq]
+
     for k in order:
         f = by_index[k]
         seq = seqs[k]
         for fam, tpl, members in templates:
             if fam == f.family:
+                need = min_match * max(len(tpl), len(seq))
+                # the multiset overlap bounds the alignment's match count: skip the alignment
+                # (quadratic on dissimilar sequences) when even the bound falls short
+                b1, b2 = bag(tpl), bag(seq)
+                if sum(min(c, b2[x]) for x, c in b1.items()) < need:
+                    continue
                 _, matched = _align(tpl, seq)
-                if matched >= min_match * max(len(tpl), len(seq)):
+                if matched >= need:
                     members.append(k)
                     break
         else:
