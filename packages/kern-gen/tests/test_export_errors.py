@@ -27,7 +27,8 @@ def env(tmp_path, write_st, make_manifest):
     })
 
     def run(weights, *extra, plan=None, hf=str(d)):
-        m = weights if isinstance(weights, str) else str(make_manifest(tmp_path / "m.json", weights))
+        m = (weights if isinstance(weights, str)
+             else str(make_manifest(tmp_path / "m.json", weights)))
         args = ["export", "--manifest", m, "--out", str(tmp_path / "o.safetensors")]
         if hf is not None:
             args += ["--hf", hf]

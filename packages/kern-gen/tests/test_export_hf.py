@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kern_gen.cli import app
 
-H, V, I, LAYERS = 8, 16, 12, 2
+H, V, INTER, LAYERS = 8, 16, 12, 2
 rng = np.random.default_rng(0)
 
 
@@ -45,9 +45,9 @@ def ckpt(tmp_path, write_st):
         vals[p + "self_attn.q_proj.weight"] = ("F32", bf16_exact((H, H)))
         vals[p + "self_attn.k_proj.weight"] = ("F32", bf16_exact((4, H)))
         vals[p + "self_attn.v_proj.weight"] = ("BF16", bits(bf16_exact((4, H))))
-        vals[p + "mlp.gate_proj.weight"] = ("BF16", bits(bf16_exact((I, H))))
-        vals[p + "mlp.up_proj.weight"] = ("BF16", bits(bf16_exact((I, H))))
-        vals[p + "mlp.down_proj.weight"] = ("BF16", bits(bf16_exact((H, I))))
+        vals[p + "mlp.gate_proj.weight"] = ("BF16", bits(bf16_exact((INTER, H))))
+        vals[p + "mlp.up_proj.weight"] = ("BF16", bits(bf16_exact((INTER, H))))
+        vals[p + "mlp.down_proj.weight"] = ("BF16", bits(bf16_exact((H, INTER))))
         vals[p + "input_layernorm.weight"] = ("F16", rng.standard_normal(H).astype(np.float16))
     names = list(vals)
     write_st(d / "part-a.safetensors", {n: vals[n] for n in names[:7]})
@@ -76,8 +76,8 @@ def manifest_weights() -> dict[str, tuple[str, list]]:
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         w[p + "self_attn.qkv_proj.weight"] = ("bf16", [H + 8, H])
-        w[p + "mlp.gate_up_proj.weight"] = ("f32", [2 * I, H])
-        w[p + "mlp.down_proj.weight"] = ("bf16", [H, I])
+        w[p + "mlp.gate_up_proj.weight"] = ("f32", [2 * INTER, H])
+        w[p + "mlp.down_proj.weight"] = ("bf16", [H, INTER])
         w[p + "input_layernorm.weight"] = ("f32", [H])
     w["rope.cos_sin"] = ("f32", [32, 4])
     return w
@@ -127,9 +127,10 @@ def test_tiny_checkpoint_exact(tmp_path, ckpt, make_manifest, read_st):
         assert np.array_equal(qkv[H:H + 4], bits(vals[p + "self_attn.k_proj.weight"][1]))
         assert np.array_equal(qkv[H + 4:], vals[p + "self_attn.v_proj.weight"][1])
         gu = got[p + "mlp.gate_up_proj.weight"][1]
-        assert np.array_equal(gu[:I], f32_of_bits(vals[p + "mlp.gate_proj.weight"][1]))
-        assert np.array_equal(gu[I:], f32_of_bits(vals[p + "mlp.up_proj.weight"][1]))
-        assert np.array_equal(got[p + "mlp.down_proj.weight"][1], vals[p + "mlp.down_proj.weight"][1])
+        assert np.array_equal(gu[:INTER], f32_of_bits(vals[p + "mlp.gate_proj.weight"][1]))
+        assert np.array_equal(gu[INTER:], f32_of_bits(vals[p + "mlp.up_proj.weight"][1]))
+        assert np.array_equal(got[p + "mlp.down_proj.weight"][1],
+                              vals[p + "mlp.down_proj.weight"][1])
         assert np.array_equal(got[p + "input_layernorm.weight"][1],
                               vals[p + "input_layernorm.weight"][1].astype(np.float32))
     rope = got["rope.cos_sin"][1]

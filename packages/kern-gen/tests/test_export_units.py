@@ -194,7 +194,8 @@ def test_plan_rules(tmp_path):
     ({"weights": {"a": {"from": "b", "params": {}}}}, "`params` is only allowed with `derived`"),
     ({"weights": {"a": {"concat": []}}}, "at least one"),
     ({"weights": {"a": {"form": "b"}}}, "unknown field `form`"),
-    ({"weights": {"l.{i}": {"from": "m.{j}"}}}, r"placeholder \{j\} in `m.\{j\}` is not in the key"),
+    ({"weights": {"l.{i}": {"from": "m.{j}"}}},
+     r"placeholder \{j\} in `m.\{j\}` is not in the key"),
     ({"version": 2}, "plan version 2 is not supported"),
 ])
 def test_plan_errors(tmp_path, doc, msg):

@@ -44,8 +44,9 @@ def _number(params: Mapping[str, Any], key: str, what: str, *, integer: bool,
     elif default is not None:
         v, origin = default, "manifest shape"
     else:
+        alt = f" or as `{config_key}` in the config" if config_key else ""
         raise ExportError(f"{what}: parameter `{key}` is needed (give it in the plan's "
-                          f"`params`{f' or as `{config_key}` in the config' if config_key else ''})")
+                          f"`params`{alt})")
     ok = isinstance(v, int) if integer else isinstance(v, int | float)
     if isinstance(v, bool) or not ok or v <= 0:
         kind = "a positive integer" if integer else "a positive number"

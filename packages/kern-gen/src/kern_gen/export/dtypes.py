@@ -69,15 +69,6 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def to_f32(a: Array) -> np.ndarray:
-    """Any float :class:`Array` as float32 (f64 is rounded to nearest)."""
-    if a.dtype == "bf16":
-        return bf16_to_f32(a.data)
-    if a.dtype in FLOATS:
-        return a.data.astype(np.float32, copy=False)
-    raise TypeError(f"not a float dtype: {a.dtype}")
-
-
 #: Elements converted at a time: bounds the temporaries of a conversion to a few MiB.
 CHUNK = 1 << 20
 
@@ -85,8 +76,6 @@ CHUNK = 1 << 20
 def convert(a: Array, dst: str, what: str) -> np.ndarray:
     """``a`` in the storage of ``dst`` (a new array unless the dtypes are equal)."""
     if a.dtype == dst:
-        if not can_convert(a.dtype, dst):
-            raise ExportError(f"{what}: cannot convert {a.dtype} to {dst}")
         return a.data.astype(STORAGE[dst], copy=False)
     out = np.empty(a.shape, dtype=STORAGE[dst])
     convert_into(a, out, dst, what)
