@@ -1,0 +1,87 @@
+"""What kern-run needs from a manifest: the Qwen3/Llama caller contract
+(``docs/caller-contract.md``), checked before any GPU is touched.
+
+The runtime knows none of these names; they are an agreement between ``kern-gen qwen3`` /
+``kern-gen llama`` and this caller. Every deviation is reported at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kern_manifest import Manifest
+
+from .errors import ContractError
+
+SYMBOL = "tokens"
+PREFILL = "prefill"
+DECODE = "decode"
+STATE = "kv"
+
+#: name -> (dtype, shape) of the buffers the caller writes before each run.
+INPUTS: dict[str, tuple[str, list]] = {
+    "token_ids": ("i64", [SYMBOL]),
+    "positions": ("i64", [SYMBOL]),
+    "pos0": ("i32", [1]),
+}
+#: The buffer the caller reads after ``decode``.
+NEXT_TOKEN = ("next_token", "i64", [1])
+#: Read only for testing (teacher-forced comparisons).
+LOGITS = "logits"
+
+
+@dataclass(frozen=True)
+class ContractInfo:
+    """What the caller learned from a conforming manifest."""
+
+    model: str
+    max_tokens: int          # the largest prefill chunk (`tokens.max`)
+    vocab: int | None        # from `logits` [1, vocab], when declared
+    kv_bytes_per_token: int
+
+
+def check_manifest(m: Manifest) -> ContractInfo:
+    """Check ``m`` against the caller contract; raise :class:`ContractError` listing every
+    deviation."""
+    problems: list[str] = []
+    sym = m.symbols.get(SYMBOL)
+    if sym is None:
+        problems.append(f"manifest declares no symbol `{SYMBOL}`")
+    elif sym.min != 1:
+        problems.append(f"symbol `{SYMBOL}` has min {sym.min}; decode runs with {SYMBOL} = 1")
+    others = sorted(set(m.symbols) - {SYMBOL})
+    if others:
+        problems.append(f"manifest declares symbols the caller cannot set: "
+                        f"{', '.join(f'`{s}`' for s in others)} (the contract has only `{SYMBOL}`)")
+    for prog in (PREFILL, DECODE):
+        if prog not in m.programs:
+            problems.append(f"manifest declares no program `{prog}`")
+    st = m.states.get(STATE)
+    if st is None:
+        problems.append(f"manifest declares no state `{STATE}`")
+    for name, (dtype, shape) in INPUTS.items():
+        problems += _buffer_problem(m, name, "input", dtype, shape)
+    problems += _buffer_problem(m, NEXT_TOKEN[0], "output", NEXT_TOKEN[1], NEXT_TOKEN[2])
+    extra = sorted(n for n, b in m.buffers.items() if b.cls == "input" and n not in INPUTS)
+    if extra:
+        problems.append(f"manifest declares input buffers the caller does not write: "
+                        f"{', '.join(f'`{n}`' for n in extra)} (the contract's inputs are "
+                        f"{', '.join(f'`{n}`' for n in INPUTS)})")
+    if problems:
+        raise ContractError(*(f"manifest `{m.meta.model}`: {p}" for p in problems))
+    vocab = None
+    lg = m.buffers.get(LOGITS)
+    if lg is not None and lg.shape and isinstance(lg.shape[-1], int):
+        vocab = lg.shape[-1]
+    return ContractInfo(model=m.meta.model, max_tokens=sym.max,  # type: ignore[union-attr]
+                        vocab=vocab, kv_bytes_per_token=st.bytes_per_token)  # type: ignore[union-attr]
+
+
+def _buffer_problem(m: Manifest, name: str, cls: str, dtype: str, shape: list) -> list[str]:
+    b = m.buffers.get(name)
+    if b is None:
+        return [f"manifest declares no {cls} buffer `{name}`"]
+    want = f"{cls} {dtype}{shape}"
+    have = f"{b.cls} {b.dtype}{list(b.shape)}"
+    if b.cls != cls or b.dtype != dtype or list(b.shape) != shape:
+        return [f"buffer `{name}` is {have}; the contract needs {want}"]
+    return []
