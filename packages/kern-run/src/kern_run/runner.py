@@ -1,0 +1,207 @@
+"""One ``kern-run`` invocation, from options to generated text: every check that needs no GPU
+first (options, files, the manifest against the caller contract, tokenizer, prompt length vs
+capacity), then the GPU probe, then the default model's weight export (first use only),
+load, and generation with streaming."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from .errors import KernRunError, NoGpuError
+
+DEFAULT_PROMPT = "The capital of France is"
+
+
+@dataclass
+class RunOptions:
+    manifest: Path | None = None
+    kernels: Path | None = None
+    weights: list[Path] = field(default_factory=list)
+    tokenizer: Path | None = None
+    prompt: str = DEFAULT_PROMPT
+    steps: int = 64
+    chunk: int = 512
+    capacity: int = 4096
+    eager: bool = False
+    chat: bool = False
+    gpu: int = 0
+    summary: bool = False
+
+
+@dataclass
+class Model:
+    manifest: Path
+    kernels: Path
+    weights: list[Path]          # empty for the default until exported
+    tokenizer: Path
+    default: bool = False
+    plan: Path | None = None
+
+
+def probe_gpu() -> tuple[bool, str]:
+    from kern_runtime import gpu_available
+    return gpu_available()
+
+
+def check_options(o: RunOptions) -> None:
+    problems = []
+    if o.steps < 1:
+        problems.append(f"--steps must be at least 1 (got {o.steps})")
+    if o.chunk < 1:
+        problems.append(f"--chunk must be at least 1 (got {o.chunk})")
+    if o.capacity < 2:
+        problems.append(f"--capacity must be at least 2 tokens (got {o.capacity})")
+    if o.gpu < 0:
+        problems.append(f"--gpu must be a device index ≥ 0 (got {o.gpu})")
+    if not o.prompt:
+        problems.append("--prompt is empty")
+    if problems:
+        raise KernRunError(*problems)
+
+
+def resolve_model(o: RunOptions) -> Model:
+    """Explicit files (``--manifest`` given: ``--weights`` and ``--tokenizer`` required,
+    ``--kernels`` defaults to ``kernels/`` beside the manifest) or the bundled default."""
+    explicit = [o.manifest, o.kernels, o.tokenizer] + list(o.weights)
+    if all(x is None for x in explicit):
+        from .defaults import example_files, gguf_path
+        manifest, kernels, plan = example_files()
+        return Model(manifest, kernels, [], gguf_path(), default=True, plan=plan)
+    problems = []
+    if o.manifest is None:
+        problems.append("--manifest is required when any of --kernels, --weights, --tokenizer "
+                        "is given (or give none of them for the bundled default)")
+    kernels = o.kernels if o.kernels is not None else (
+        o.manifest.parent / "kernels" if o.manifest is not None else None)
+    if not o.weights:
+        problems.append("--weights is required with --manifest (a safetensors file; repeat "
+                        "for several)")
+    if o.tokenizer is None:
+        problems.append("--tokenizer is required with --manifest (a .gguf file, a "
+                        "tokenizer.json, or a folder holding one)")
+    if o.manifest is not None and not o.manifest.is_file():
+        problems.append(f"--manifest `{o.manifest}`: no such file")
+    if o.kernels is not None and not o.kernels.is_dir():
+        problems.append(f"--kernels `{o.kernels}`: no such directory")
+    elif o.kernels is None and o.manifest is not None and o.manifest.is_file() \
+            and not kernels.is_dir():  # type: ignore[union-attr]
+        problems.append(f"--kernels not given and `{kernels}` (beside the manifest) is no "
+                        f"directory")
+    for w in o.weights:
+        if not w.is_file():
+            problems.append(f"--weights `{w}`: no such file")
+    if o.tokenizer is not None and not o.tokenizer.exists():
+        problems.append(f"--tokenizer `{o.tokenizer}`: no such file or directory")
+    if problems:
+        raise KernRunError(*problems)
+    return Model(o.manifest, kernels, list(o.weights), o.tokenizer)  # type: ignore[arg-type]
+
+
+def read_contract(manifest: Path):
+    from kern_manifest import ManifestError, load, render_human
+    from .contract import check_manifest
+    try:
+        vm = load(manifest)
+    except ManifestError as err:
+        text = render_human(err.diagnostics, err.source) if err.diagnostics else str(err)
+        raise KernRunError(f"--manifest `{manifest}` does not verify:\n{text.rstrip()}") from None
+    except OSError as err:
+        raise KernRunError(f"--manifest `{manifest}`: cannot read: {err.strerror or err}") from None
+    return vm, check_manifest(vm.manifest)
+
+
+@dataclass
+class Outcome:
+    result: object          # generate.Result
+    text: str
+    stats: str
+
+
+def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+        runtime_factory: Callable | None = None) -> Outcome:
+    """Everything ``kern-run`` does; streams generated text to ``out``, notes to ``err``."""
+    from .generate import generate
+    from .plan import check_capacity
+    from .tokenizer import load_tokenizer
+
+    check_options(o)
+    model = resolve_model(o)
+    vm, info = read_contract(model.manifest)
+    tok = load_tokenizer(model.tokenizer)
+    if info.vocab is not None and tok.vocab_size > info.vocab:
+        raise KernRunError(f"--tokenizer has {tok.vocab_size} tokens; the manifest's logits "
+                           f"cover {info.vocab}: they do not belong to the same model")
+    text = tok.chat_prompt(o.prompt) if o.chat else o.prompt
+    ids = tok.encode(text)
+    if not ids:
+        raise KernRunError("--prompt encodes to no tokens")
+    check_capacity(len(ids), o.steps, o.capacity)
+    if runtime_factory is None:
+        ok, why = probe_gpu()
+        if not ok:
+            raise NoGpuError(f"no usable GPU here ({why}); kern-run needs an NVIDIA GPU with "
+                             f"the CUDA driver")
+        from kern_runtime import Runtime
+        runtime_factory = Runtime.load
+    if model.default:
+        from .defaults import ensure_weights
+        model.weights = [ensure_weights(model.manifest, model.plan, model.tokenizer,
+                                        log=lambda s: err.write(s + "\n"))]
+    rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=o.capacity,
+                         device=o.gpu)
+    try:
+        if o.summary:
+            err.write(rt.summary().rstrip() + "\n")
+        stream = tok.stream()
+        pieces: list[str] = []
+
+        def emit(t: int) -> None:
+            s = stream.push(t)
+            if s:
+                pieces.append(s)
+                out.write(s)
+                out.flush()
+
+        if not o.chat:
+            out.write(o.prompt)
+            out.flush()
+        res = generate(rt, ids, steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
+                       eos=tok.eos_ids, eager=o.eager, capacity=o.capacity, vocab=info.vocab,
+                       on_token=emit)
+        tail = stream.flush()
+        if tail:
+            pieces.append(tail)
+            out.write(tail)
+        out.write("\n")
+        out.flush()
+    finally:
+        close = getattr(rt, "close", None)
+        if close is not None:
+            close()
+    stats = render_stats(res, o, info.max_tokens)
+    err.write(stats + "\n")
+    return Outcome(res, "".join(pieces), stats)
+
+
+def render_stats(res, o: RunOptions, max_tokens: int) -> str:
+    from .plan import clamp_chunk
+    mode = "eager" if o.eager else "graphs"
+    parts = [f"prompt {len(res.prompt)} tokens"]
+    if res.prefill_tokens:
+        tps = res.prefill_tokens_per_s
+        parts.append(f"prefill {1000 * res.prefill_s:.1f} ms (chunk "
+                     f"{clamp_chunk(o.chunk, max_tokens)}"
+                     + (f", {tps:,.0f} tok/s)" if tps else ")"))
+    parts.append(f"time to first token {1000 * res.ttft_s:.1f} ms")
+    if res.decode_tokens:
+        parts.append(f"decode {res.decode_ms_per_token:.3f} ms/token "
+                     f"({res.tokens_per_s:,.1f} tok/s)")
+    why = "EOS" if res.stop == "eos" else f"--steps {o.steps}"
+    parts.append(f"{res.produced} tokens generated, stopped at {why}")
+    if res.capture_s:
+        parts.append(f"graph capture {1000 * res.capture_s:.0f} ms")
+    return f"kern-run [{mode}]: " + " · ".join(parts)
