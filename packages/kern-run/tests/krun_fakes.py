@@ -1,0 +1,83 @@
+"""A fake runtime for kern-run's CPU tests: it records every call and answers ``next_token``
+from a script (or from a function of the decode position)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def contract_manifest(max_tokens: int = 8, vocab: int = 100, extra_inputs: Sequence[str] = (),
+                      model: str = "fake-llama") -> dict:
+    """A tiny manifest that follows the caller contract and verifies (one made-up kernel;
+    the fake runtime never launches it)."""
+    params = ["in buffer<i64>", "in buffer<i64>", "in buffer<i32>", "inout ptr",
+              "out buffer<i64>", "out buffer<bf16>", "i32"]
+    kern = {"params": params, "impl": {"steps": [{
+        "symbol": "fake_step", "params": params, "block": [1, 1, 1], "grid": [1, 1, 1],
+        "args": [{"arg": i} for i in range(len(params))]}]}}
+    args = [{"buf": "token_ids"}, {"buf": "positions"}, {"buf": "pos0"}, {"state": "kv"},
+            {"buf": "next_token"}, {"buf": "logits"}, {"sym": "tokens"}]
+    bufs = {"token_ids": {"dtype": "i64", "shape": ["tokens"], "class": "input"},
+            "positions": {"dtype": "i64", "shape": ["tokens"], "class": "input"},
+            "pos0": {"dtype": "i32", "shape": [1], "class": "input"},
+            "next_token": {"dtype": "i64", "shape": [1], "class": "output"},
+            "logits": {"dtype": "bf16", "shape": [1, vocab], "class": "output"}}
+    kernels = {"step": kern}
+    disp = [{"kernel": "step", "args": args}]
+    for n in extra_inputs:
+        bufs[n] = {"dtype": "i32", "shape": [1], "class": "input"}
+        kernels[f"use_{n}"] = {"params": ["in buffer<i32>"], "impl": {"steps": [{
+            "symbol": f"use_{n}", "params": ["in buffer<i32>"], "block": [1, 1, 1],
+            "grid": [1, 1, 1], "args": [{"arg": 0}]}]}}
+        disp.append({"kernel": f"use_{n}", "args": [{"buf": n}]})
+    return {"meta": {"version": 2, "model": model}, "symbols": {"tokens": {"max": max_tokens}},
+            "states": {"kv": {"bytes_per_token": 64}}, "buffers": bufs, "kernels": kernels,
+            "programs": {"prefill": {"dispatches": disp}, "decode": {"dispatches": disp}}}
+
+
+class FakeRuntime:
+    """Records ("write", name, array copy), ("run", program, symbols, graph), ("read", name),
+    ("capture", program, symbols), ("sync",). ``next_token`` is ``script[i]`` at the i-th
+    decode, or ``fn(position)``."""
+
+    def __init__(self, script: Sequence[int] | None = None,
+                 fn: Callable[[int], int] | None = None) -> None:
+        self.script = list(script or [])
+        self.fn = fn
+        self.events: list[tuple] = []
+        self.decodes = 0
+        self.inputs: dict[str, np.ndarray] = {}
+        self.closed = False
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        self.inputs[name] = array.copy()
+        self.events.append(("write", name, array.copy()))
+
+    def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
+        self.events.append(("run", program, dict(symbols), graph))
+        if program == "decode":
+            pos = int(self.inputs["pos0"][0])
+            self._next = self.fn(pos) if self.fn else self.script[self.decodes]
+            self.decodes += 1
+
+    def read(self, name: str, symbols=None) -> np.ndarray:
+        self.events.append(("read", name))
+        assert name == "next_token"
+        return np.array([self._next], dtype=np.int64)
+
+    def synchronize(self) -> None:
+        self.events.append(("sync",))
+
+    def capture(self, program: str, symbols: dict[str, int]) -> None:
+        self.events.append(("capture", program, dict(symbols)))
+
+    def summary(self) -> str:
+        return "fake runtime"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def runs(self) -> list[tuple]:
+        return [e for e in self.events if e[0] == "run"]

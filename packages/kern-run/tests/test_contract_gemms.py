@@ -1,0 +1,52 @@
+from pathlib import Path
+
+import pytest
+from kern_manifest import from_obj, read, verify
+
+from kern_run.contract import check_manifest
+from kern_run.errors import ContractError
+from kern_run.gemm_only import gemm_only
+from krun_fakes import contract_manifest
+
+COMPAT = Path(__file__).parents[3] / "tests" / "fixtures" / "compat" / "qwen3-4b.json"
+
+
+def test_conforming_manifest():
+    info = check_manifest(from_obj(contract_manifest(max_tokens=64, vocab=321)))
+    assert (info.max_tokens, info.vocab, info.kv_bytes_per_token) == (64, 321, 64)
+
+
+def test_every_deviation_is_listed():
+    doc = contract_manifest(extra_inputs=["seq_lens"])
+    doc["buffers"]["pos0"]["dtype"] = "i64"
+    del doc["programs"]["prefill"]
+    with pytest.raises(ContractError) as ei:
+        check_manifest(from_obj(doc))
+    text = str(ei.value)
+    assert "no program `prefill`" in text
+    assert "buffer `pos0` is input i64[1]; the contract needs input i32[1]" in text
+    assert "input buffers the caller does not write: `seq_lens`" in text
+
+
+@pytest.mark.skipif(not COMPAT.is_file(), reason="compat fixture absent")
+def test_older_generator_manifest_is_refused_by_name():
+    with pytest.raises(ContractError) as ei:
+        check_manifest(read(COMPAT))
+    text = str(ei.value)
+    assert "no input buffer `pos0`" in text
+    assert "`slot_mapping`" in text and "`block_table`" in text
+
+
+@pytest.mark.skipif(not COMPAT.is_file(), reason="compat fixture absent")
+def test_gemm_only_manifest_of_a_real_decode_verifies():
+    m = read(COMPAT)
+    doc = gemm_only(m)
+    assert verify(from_obj(doc)) == []
+    (prog,) = doc["programs"].values()
+    n_gemm = sum(1 for d in m.programs["decode"].dispatches
+                 if all(s.is_extern for s in m.kernels[d.kernel].impl.steps))
+    assert len(prog["dispatches"]) == n_gemm == 36 * 4 + 1
+    # the same weights, bound by the same names
+    ws = {n for n, b in doc["buffers"].items() if b["class"] == "weight"}
+    assert ws and ws <= {n for n, b in m.buffers.items() if b.cls == "weight"}
+    assert not doc.get("states")

@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from kern_run.errors import KernRunError
+from kern_run.generate import generate
+from krun_fakes import FakeRuntime
+
+
+def writes(rt, name):
+    return [e[2] for e in rt.events if e[0] == "write" and e[1] == name]
+
+
+def test_order_of_calls_and_inputs():
+    rt = FakeRuntime(script=[50, 51, 52, 53])
+    prompt = [10, 11, 12, 13, 14, 15]  # n = 6: prefill 4 (full) + 1 (tail), decode at 5
+    res = generate(rt, prompt, steps=3, chunk=4, max_tokens=8, eos={99})
+    assert res.tokens == [50, 51, 52] and res.stop == "steps"
+    assert [e for e in rt.events if e[0] == "capture"] == [
+        ("capture", "prefill", {"tokens": 4}), ("capture", "decode", {"tokens": 1})]
+    assert rt.runs() == [("run", "prefill", {"tokens": 4}, True),
+                         ("run", "prefill", {"tokens": 1}, False),
+                         ("run", "decode", {"tokens": 1}, True),
+                         ("run", "decode", {"tokens": 1}, True),
+                         ("run", "decode", {"tokens": 1}, True)]
+    assert [a.tolist() for a in writes(rt, "token_ids")] == [[10, 11, 12, 13], [14], [15], [50], [51]]
+    assert [a.tolist() for a in writes(rt, "positions")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
+    assert [a.tolist() for a in writes(rt, "pos0")] == [[0], [4], [5], [6], [7]]
+    assert all(a.dtype == np.int32 for a in writes(rt, "pos0"))
+    # every run is preceded by its three writes; each decode is followed by a read
+    kinds = [e[0] for e in rt.events if e[0] != "capture"]
+    assert kinds[:8] == ["write"] * 3 + ["run"] + ["write"] * 3 + ["run"]
+    assert rt.events.count(("sync",)) == 1  # after the prefill chunks (for prefill timing)
+    assert res.decode_tokens == 2 and res.produced == 3
+
+
+def test_stops_at_eos_and_excludes_it():
+    rt = FakeRuntime(script=[7, 8, 2, 9])
+    res = generate(rt, [1, 2], steps=10, chunk=4, max_tokens=8, eos={2})
+    assert res.tokens == [7, 8] and res.stop == "eos" and res.eos_token == 2
+    assert res.produced == 3
+    assert rt.decodes == 3  # nothing runs after EOS
+
+
+def test_eos_as_first_token():
+    rt = FakeRuntime(script=[2])
+    res = generate(rt, [5], steps=10, chunk=4, max_tokens=8, eos={2, 3})
+    assert res.tokens == [] and res.stop == "eos"
+    assert len(rt.runs()) == 1 and rt.events.count(("sync",)) == 0  # no prefill
+
+
+def test_step_limit_counts_generated_tokens():
+    rt = FakeRuntime(fn=lambda pos: 40 + pos)
+    res = generate(rt, [1, 2, 3], steps=5, chunk=2, max_tokens=8, eos={2})
+    assert res.tokens == [42, 43, 44, 45, 46] and res.stop == "steps"
+    assert rt.decodes == 5
+
+
+def test_streaming_callback_gets_each_token_once_in_order():
+    rt = FakeRuntime(script=[4, 5, 6, 1])
+    seen = []
+    res = generate(rt, [9, 9, 9], steps=10, chunk=8, max_tokens=8, eos={1}, on_token=seen.append)
+    assert seen == res.tokens == [4, 5, 6]
+
+
+def test_eager_runs_no_graph_and_captures_nothing():
+    rt = FakeRuntime(script=[4, 5, 6])
+    generate(rt, list(range(10)), steps=3, chunk=4, max_tokens=8, eager=True)
+    assert all(e[3] is False for e in rt.runs())
+    assert not [e for e in rt.events if e[0] == "capture"]
+
+
+def test_chunk_one_and_graph_and_eager_agree_on_a_deterministic_fake():
+    fn = lambda pos: (pos * 7) % 50 + 3  # noqa: E731
+    outs = []
+    for kw in ({"chunk": 512}, {"chunk": 1}, {"chunk": 512, "eager": True}):
+        rt = FakeRuntime(fn=fn)
+        outs.append(generate(rt, list(range(20)), steps=8, max_tokens=16, **kw).tokens)
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_timing_fields():
+    ticks = iter(range(100))
+    rt = FakeRuntime(script=[4, 5, 6])
+    res = generate(rt, [1, 2, 3], steps=3, chunk=8, max_tokens=8, clock=lambda: next(ticks))
+    # t0=0, prefill done=1, first token=2, then 3, 4
+    assert res.prefill_s == 1 and res.ttft_s == 2 and res.decode_s == 2
+    assert res.decode_ms_per_token == 1000 and res.tokens_per_s == 1
+    assert res.prefill_tokens == 2 and res.prefill_tokens_per_s == 2
+
+
+def test_refusals():
+    with pytest.raises(KernRunError, match="--steps"):
+        generate(FakeRuntime(), [1], steps=0, chunk=4, max_tokens=8)
+    with pytest.raises(KernRunError, match="--capacity"):
+        generate(FakeRuntime(), [1] * 10, steps=10, chunk=4, max_tokens=8, capacity=16)
+    with pytest.raises(KernRunError, match="outside the model's vocabulary"):
+        generate(FakeRuntime(script=[1]), [1, 200], steps=1, chunk=4, max_tokens=8, vocab=100)
