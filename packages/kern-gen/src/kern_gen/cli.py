@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from .export.command import export_command
+from .llama.command import llama_command, qwen3_command
 
 app = typer.Typer(
     name="kern-gen",
@@ -25,6 +26,8 @@ def _root() -> None:
 
 
 app.command("export")(export_command)
+app.command("llama")(llama_command)
+app.command("qwen3")(qwen3_command)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ fit; it returns a thunk that computes the values when the writer reaches the ten
 Parameters a plan omits come from the source's config (HF ``config.json`` keys) or from the
 manifest shape.
 
-One implementation: ``rope_cos_sin``.
+Implementations: ``rope_cos_sin``, ``rope_inv_freq``.
 """
 
 from __future__ import annotations
@@ -90,5 +90,43 @@ def rope_cos_sin(params: Mapping[str, Any], config: Mapping[str, Any],
         inv = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)
         ang = np.arange(n, dtype=np.float64)[:, None] * inv[None, :]
         return Array(np.concatenate([np.cos(ang), np.sin(ang)], axis=1), "f64")
+
+    return compute
+
+
+@register("rope_inv_freq")
+def rope_inv_freq(params: Mapping[str, Any], config: Mapping[str, Any],
+                  shape: tuple[int, ...], what: str) -> Thunk:
+    """HF's default-rope ``inv_freq`` ``[head_dim/2]`` in float32, computed as HF does:
+    ``1 / theta ** (arange(0, d, 2) / d)`` with every step in float32 (the model's
+    ``rotary_emb.inv_freq`` buffer, which checkpoints and GGUF files do not carry).
+
+    params: ``theta`` (config ``rope_theta`` or ``rope_parameters.rope_theta``), ``head_dim``
+    (config ``head_dim``, else twice the shape)."""
+    unknown = set(params) - {"theta", "head_dim"}
+    if unknown:
+        raise ExportError(f"{what}: unknown rope_inv_freq parameter(s) "
+                          f"{', '.join(sorted(unknown))}")
+    if config.get("rope_scaling"):
+        raise ExportError(f"{what}: the config sets rope_scaling {config['rope_scaling']!r}; "
+                          f"rope_inv_freq only computes unscaled ropes")
+    if len(shape) != 1:
+        raise ExportError(f"{what}: rope_inv_freq makes a 1-d [head_dim/2] tensor; the "
+                          f"manifest declares {list(shape)}")
+    cfg = dict(config)
+    if cfg.get("rope_theta") is None and isinstance(cfg.get("rope_parameters"), dict):
+        cfg["rope_theta"] = cfg["rope_parameters"].get("rope_theta")
+    theta = float(_number(params, "theta", what, integer=False, config=cfg,
+                          config_key="rope_theta"))
+    d = _number(params, "head_dim", what, integer=True, default=2 * shape[0], config=cfg,
+                config_key="head_dim")
+    if d % 2 or d // 2 != shape[0]:
+        raise ExportError(f"{what}: head_dim {d} gives [{d // 2}] (d must be even); the "
+                          f"manifest declares {list(shape)}")
+
+    def compute() -> Array:
+        x = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+        inv = np.float32(1.0) / np.power(np.float32(theta), x, dtype=np.float32)
+        return Array(inv.astype(np.float32), "f32")
 
     return compute

@@ -1,0 +1,19 @@
+"""``kern-gen llama`` / ``kern-gen qwen3``: manifests for Llama-family models (SmolLM2, Qwen3 =
+Llama + per-head q/k RMSNorm) from a capture of HF transformers under ``torch.compile``.
+
+Modules, in pipeline order:
+
+- :mod:`.config`    the model config (HF ``config.json`` keys) and its comparison with the
+                    captured run's config;
+- :mod:`.facts`     capture + kern-mine result + provider sidecar, read into per-site facts
+                    (pointers named against the sidecar, scalar fits, parameter ABI);
+- :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
+                    it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
+- :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);
+- :mod:`.command`   the thin Typer commands.
+"""
+
+from .errors import WiringError
+from .generate import generate
+
+__all__ = ["WiringError", "generate"]

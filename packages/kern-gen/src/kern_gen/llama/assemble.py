@@ -1,0 +1,331 @@
+"""Ops -> manifest (dict), export plan and the list of cubins to write.
+
+Contracts (docs/caller-contract.md): symbol ``tokens``; state ``kv``; inputs ``token_ids``
+(i64 [tokens]), ``positions`` (i64 [tokens]), ``pos0`` (i32 [1]); outputs ``next_token``
+(i64 [1]) and ``logits`` (bf16 [1, vocab]); programs ``prefill`` (fills ``kv`` only) and
+``decode`` (tokens = 1).  Weight buffers are named like the HF tensors (no merged
+projections); ``rope.angles`` is a derived weight (export plan ``rope_angles``).
+
+KV state: the captured cache writers bake HF StaticCache's layout ``[kv_heads, max_len,
+head_dim]`` per layer (their only scalars are token counts and head sizes; the strides are
+compiled in), so the state is ``bytes_fixed`` = 2 x layers x that block: layer ``l``'s K at
+``2l x block``, V at ``(2l+1) x block``, and the attention kernels are told the same strides
+(slot ``head_dim``, head ``max_len x head_dim`` elements).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .config import ModelConfig
+from .errors import WiringError
+from .facts import Facts
+from .wiring import TOK, Op, Program, Ref
+
+ARGMAX_PARTS = 64
+INV_FREQ = "model.rotary_emb.inv_freq"
+
+
+@dataclass
+class CubinSource:
+    file: str
+    origin: str            # "mined" | "own"
+    module: str | None     # capture module sha256 (mined)
+    symbols: set[str]
+
+
+class Assembler:
+    def __init__(self, facts: Facts, cfg: ModelConfig, max_len: int, own_sha: dict[str, str],
+                 label: str) -> None:
+        self.facts, self.cfg, self.max_len = facts, cfg, max_len
+        self.own_sha = own_sha
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self._kernel_keys: dict[str, str] = {}
+        self.buffers: dict[str, dict[str, Any]] = {}
+        self.cubins: dict[str, CubinSource] = {}
+        self.sources: dict[str, str] = {}        # kernel name -> source line for the report
+        self.label = label
+        self.dispatch_counts: dict[str, list[int]] = {}
+        self.kv_block = cfg.kv_heads * max_len * cfg.head_dim * 2
+
+    # --- buffers --------------------------------------------------------------------------
+    def _buf(self, name: str, dtype: str, shape: list, cls: str) -> None:
+        self.buffers.setdefault(name, {"dtype": dtype, "shape": shape, "class": cls})
+
+    def _arg(self, ref: Ref) -> dict[str, Any]:
+        if ref.state:
+            return {"state": "kv", "offset": ref.offset} if ref.offset else {"state": "kv"}
+        if ref.buf and ref.buf.startswith("model."):
+            self._weight(ref.buf)
+        return {"buf": ref.buf, "offset": ref.offset} if ref.offset else {"buf": ref.buf}
+
+    def _weight(self, name: str) -> None:
+        t = self.facts.weights[name]
+        dt = {"bfloat16": "bf16", "float32": "f32"}.get(t.dtype)
+        if dt is None or (dt == "f32") != (name == INV_FREQ):
+            raise WiringError(f"sidecar weight `{name}` is {t.dtype}; the wiring binds "
+                              f"{'f32' if name == INV_FREQ else 'bf16'}")
+        self._buf(name, dt, list(t.shape), "weight")
+
+    # --- kernels --------------------------------------------------------------------------
+    def _kernel(self, base: str, body: dict[str, Any], source: str) -> str:
+        key = json.dumps(body, sort_keys=True)
+        if key in self._kernel_keys:
+            return self._kernel_keys[key]
+        name, n = base, 2
+        while name in self.kernels:
+            name, n = f"{base}.{n}", n + 1
+        self.kernels[name] = body
+        self._kernel_keys[key] = name
+        self.sources[name] = source
+        return name
+
+    def _own_step(self, file: str, symbol: str, **step: Any) -> dict[str, Any]:
+        self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
+        return {"symbol": symbol, "cubin": file, "sha256": self.own_sha[file], **step}
+
+    def mined(self, program: str, op: Op) -> dict[str, Any]:
+        s = op.site
+        assert s is not None
+        if s.module is None:
+            raise WiringError(f"{s.where(program, op.label)}: module unknown; cannot pin it")
+        file = f"{s.module[:16]}.cubin"
+        self.cubins.setdefault(file, CubinSource(file, "mined", s.module, set())).symbols.add(
+            s.name)
+        iface: list[str] = []
+        step_params: list[str] = []
+        step_args: list[dict[str, Any]] = []
+        disp: list[dict[str, Any]] = []
+        for p, size in enumerate(s.sizes):
+            if p in op.ptrs:
+                d, ref = op.ptrs[p]
+                if size != 8:
+                    raise WiringError(f"{s.where(program, op.label)}: pointer param {p} has "
+                                      f"{size} bytes")
+                if ref.state:
+                    t = f"{d} ptr"
+                else:
+                    dt = self._dtype_of(ref)
+                    t = f"{d} buffer<{dt}>"
+                step_params.append(t)
+                step_args.append({"arg": len(iface)})
+                iface.append(t)
+                disp.append(self._arg(ref))
+                continue
+            f = s.scalars.get(p)
+            if f is None:
+                raise WiringError(f"{s.where(program, op.label)}: param {p} is neither a "
+                                  f"wired pointer nor a scalar (unwired pointer?)")
+            t = {4: "i32", 8: "i64", 1: "u8"}.get(size)
+            if t is None:
+                raise WiringError(f"{s.where(program, op.label)}: scalar param {p} has "
+                                  f"{size} bytes")
+            step_params.append(t)
+            if f.verdict == "constant":
+                step_args.append({t: _plain(f.expr)})
+            else:
+                step_args.append({"arg": len(iface)})
+                iface.append(t)
+                e = _plain(f.expr)
+                disp.append({"sym": "tokens"} if e == TOK else {"expr": e})
+        grid = [_plain(s.fits[a].expr) for a in ("grid.x", "grid.y", "grid.z")]
+        step: dict[str, Any] = {"symbol": s.name, "cubin": file, "sha256": s.module,
+                                "params": step_params, "block": list(s.info.block),
+                                "grid": grid}
+        smem = s.fits.get("smem")
+        if smem is not None and _plain(smem.expr) != 0:
+            step["shared_mem"] = _plain(smem.expr)
+        step["args"] = step_args
+        name = self._kernel(f"{program}.{_role(op.label)}.{s.module[:8]}",
+                            {"params": iface, "impl": {"steps": [step]}},
+                            f"mined `{s.name}` (module {s.module[:16]}…)")
+        return {"label": op.label, "kernel": name, "args": disp}
+
+    def _dtype_of(self, ref: Ref) -> str:
+        if ref.buf in self.buffers:
+            return self.buffers[ref.buf]["dtype"]
+        if ref.buf == "positions":
+            return "i64"
+        if ref.buf == INV_FREQ:
+            return "f32"
+        if ref.buf and ref.buf.startswith("model."):
+            return "bf16"
+        raise WiringError(f"internal: buffer `{ref.buf}` not declared")
+
+    def gemm(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
+        t = "extern:cublaslt_bf16_tn"
+        p = ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32"]
+        name = self._kernel("gemm", {"params": p, "impl": {"steps": [{
+            "symbol": t, "params": p, "block": [1, 1, 1], "grid": [1, 1, 1],
+            "args": [{"arg": i} for i in range(6)]}]}}, "extern cuBLASLt (`extern:cublaslt_bf16_tn`)")
+        a = op.args
+        m = {"sym": "tokens"} if rows == TOK else {"i32": rows}
+        return {"label": op.label, "kernel": name,
+                "args": [self._arg(a["a"]), self._arg(a["w"]), self._arg(a["c"]), m,
+                         {"i32": a["n"]}, {"i32": a["k"]}]}
+
+    def embedding(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
+        cfg = self.cfg
+        p = ["in buffer<i64>", "in buffer<bf16>", "out buffer<bf16>"]
+        step = self._own_step("embedding.cubin", "kern_embedding_bf16",
+                              params=[*p, "i32", "i32"], block=[256, 1, 1], grid=[rows, 1, 1],
+                              args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"i32": cfg.hidden},
+                                    {"i32": cfg.vocab}])
+        name = self._kernel(f"{program}.embedding", {"params": p, "impl": {"steps": [step]}},
+                            "own `kern_embedding_bf16`")
+        return {"label": op.label, "kernel": name,
+                "args": [{"buf": "token_ids"}, self._arg(Ref(buf="model.embed_tokens.weight")),
+                         self._arg(op.args["out"])]}
+
+    def rope_angles(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
+        p = ["in buffer<i64>", "in buffer<f32>", "out buffer<f32>", "i32"]
+        step = self._own_step("rope_angles.cubin", "kern_rope_angles_f32",
+                              params=[*p, "i32"], block=[128, 1, 1], grid=[rows, 1, 1],
+                              args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
+                                    {"i32": self.cfg.head_dim // 2}])
+        name = self._kernel("rope_angles", {"params": p, "impl": {"steps": [step]}},
+                            "own `kern_rope_angles_f32` (replaces the captured cutlass sgemm "
+                            "`inv_freq x positions`, which takes a by-value struct)")
+        t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
+        return {"label": op.label, "kernel": name,
+                "args": [{"buf": "positions"}, self._arg(Ref(buf=INV_FREQ)),
+                         self._arg(op.args["out"]), t]}
+
+    def attention(self, program: str, op: Op, decode: bool) -> dict[str, Any]:
+        cfg = self.cfg
+        D, H, KV = cfg.head_dim, cfg.heads, cfg.kv_heads
+        if D not in (64, 128):
+            raise WiringError(f"own attention has head_dim 64 or 128; the model has {D}")
+        strides = [{"i64": D}, {"i64": self.max_len * D}, {"i64": D}, {"i64": self.max_len * D}]
+        scale = {"f32": 1.0 / math.sqrt(D)}
+        a = op.args
+        if decode:
+            S = max(1, (396 // KV) // 16 * 16)
+            iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
+            body = {"params": iface, "impl": {
+                "scratch": {"part_ml": {"dtype": "f32", "shape": [1, H, S, 2]},
+                            "part_acc": {"dtype": "f32", "shape": [1, H, S, D]}},
+                "steps": [
+                    self._own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
+                                   params=["in buffer<bf16>", "in ptr", "in ptr",
+                                           "in buffer<i32>", "out buffer<f32>", "out buffer<f32>",
+                                           "i32", "i64", "i64", "i64", "i64", "i32", "i32",
+                                           "f32"],
+                                   block=[128, 1, 1], grid=[KV, S, 1],
+                                   args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
+                                         {"scratch": "part_ml"}, {"scratch": "part_acc"},
+                                         {"i32": cfg.q_width}, *strides, {"i32": H},
+                                         {"i32": KV}, scale]),
+                    self._own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
+                                   params=["in buffer<f32>", "in buffer<f32>",
+                                           "out buffer<bf16>", "i32", "i32"],
+                                   block=[D, 1, 1], grid=[H, 1, 1],
+                                   args=[{"scratch": "part_ml"}, {"scratch": "part_acc"},
+                                         {"arg": 4}, {"i32": H}, {"i32": S}])]}}
+            name = self._kernel("decode.attention", body,
+                                f"own split-KV decode attention (S = {S})")
+            extra: list[dict[str, Any]] = []
+        else:
+            iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>",
+                     "i32"]
+            body = {"params": iface, "impl": {"steps": [
+                self._own_step("attn_prefill.cubin", f"kern_attn_prefill_bf16_d{D}",
+                               params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
+                                       "out buffer<bf16>", "i32", "i64", "i64", "i64", "i64",
+                                       "i32", "i32", "i32", "f32"],
+                               block=[128, 1, 1], grid=[{"ceil_div": [TOK, 64]}, H, 1],
+                               shared_mem=81920 if D == 128 else 40960,
+                               args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
+                                     {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KV},
+                                     {"arg": 5}, scale])]}}
+            name = self._kernel("prefill.attention", body, "own flash prefill attention")
+            extra = [{"sym": "tokens"}]
+        return {"label": op.label, "kernel": name,
+                "args": [self._arg(a["q"]), self._arg(a["k"]), self._arg(a["v"]),
+                         {"buf": "pos0"}, self._arg(a["out"]), *extra]}
+
+    def argmax(self) -> dict[str, Any]:
+        P, V = ARGMAX_PARTS, self.cfg.vocab
+        body = {"params": ["in buffer<bf16>", "out buffer<i64>"], "impl": {
+            "scratch": {"part_val": {"dtype": "f32", "shape": [1, P]},
+                        "part_idx": {"dtype": "i32", "shape": [1, P]}},
+            "steps": [
+                self._own_step("argmax.cubin", "kern_argmax_bf16_partial",
+                               params=["in buffer<bf16>", "out buffer<f32>", "out buffer<i32>",
+                                       "i32"], block=[256, 1, 1], grid=[1, P, 1],
+                               args=[{"arg": 0}, {"scratch": "part_val"},
+                                     {"scratch": "part_idx"}, {"i32": V}]),
+                self._own_step("argmax.cubin", "kern_argmax_bf16_reduce",
+                               params=["in buffer<f32>", "in buffer<i32>", "out buffer<i64>",
+                                       "i32"], block=[32, 1, 1], grid=[1, 1, 1],
+                               args=[{"scratch": "part_val"}, {"scratch": "part_idx"},
+                                     {"arg": 1}, {"i32": P}])]}}
+        name = self._kernel("argmax", body, "own two-stage argmax")
+        return {"label": "argmax", "kernel": name,
+                "args": [{"buf": "logits"}, {"buf": "next_token"}]}
+
+    # --- whole manifest -------------------------------------------------------------------
+    def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
+        cfg = self.cfg
+        self._buf("token_ids", "i64", ["tokens"], "input")
+        self._buf("positions", "i64", ["tokens"], "input")
+        self._buf("pos0", "i32", [1], "input")
+        self._buf("next_token", "i64", [1], "output")
+        self._buf("logits", "bf16", [1, cfg.vocab], "output")
+        progs: dict[str, Any] = {}
+        for prog in programs:
+            for b in prog.bufs.values():
+                rows = prog.rows if isinstance(prog.rows, int) else "tokens"
+                self._buf(b.name, b.dtype, [rows, b.width], b.cls)
+            decode = prog.name == "decode"
+            disp = []
+            for op in prog.ops:
+                if op.kind == "mined":
+                    disp.append(self.mined(prog.name, op))
+                elif op.kind == "gemm":
+                    disp.append(self.gemm(prog.name, op, prog.rows))
+                elif op.kind == "embedding":
+                    disp.append(self.embedding(prog.name, op, prog.rows))
+                elif op.kind == "angles":
+                    disp.append(self.rope_angles(prog.name, op, prog.rows))
+                elif op.kind == "attention":
+                    disp.append(self.attention(prog.name, op, decode))
+                elif op.kind == "argmax":
+                    disp.append(self.argmax())
+            progs[prog.name] = {"dispatches": disp}
+            for d in disp:
+                c = self.dispatch_counts.setdefault(d["kernel"], [0, 0])
+                c[0 if prog.name == "prefill" else 1] += 1
+        bufs = dict(sorted(self.buffers.items(), key=lambda kv: _buf_order(kv[0], kv[1])))
+        return {
+            "meta": {"version": 2, "model": self.label},
+            "symbols": {"tokens": {"max": tokens_max}},
+            "states": {"kv": {"bytes_fixed": 2 * cfg.layers * self.kv_block}},
+            "buffers": bufs,
+            "kernels": self.kernels,
+            "programs": {k: progs[k] for k in ("prefill", "decode") if k in progs},
+        }
+
+
+def _role(label: str) -> str:
+    parts = label.split(".")
+    if parts[0].startswith("L") and parts[0][1:].isdigit():
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def _buf_order(name: str, b: dict[str, Any]) -> tuple:
+    cls = ["input", "output", "weight", "workspace", "carry"].index(b["class"])
+    import re
+    key = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    return (cls, key)
+
+
+def _plain(e: Any) -> Any:
+    if isinstance(e, int):
+        return e
+    import msgspec
+    return msgspec.to_builtins(e)

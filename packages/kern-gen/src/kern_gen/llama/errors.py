@@ -1,0 +1,10 @@
+"""The one error the generator raises for a falsified wiring assumption."""
+
+from __future__ import annotations
+
+
+class WiringError(Exception):
+    """A fact of the capture/sidecar/config differs from what the wiring assumes.
+
+    The message names the call site (program, site index, kernel, layer/role) and the fact
+    that differed; nothing is written when it is raised."""

@@ -1,0 +1,107 @@
+"""Assertions: each compares one fact of the capture/sidecar with what the wiring assumes
+and raises :class:`WiringError` naming the call site and the fact.  None is vacuous: each
+reads a value the capture or sidecar could have differently (tests alter one and expect
+the refusal)."""
+
+from __future__ import annotations
+
+import json
+
+from .errors import WiringError
+from .facts import Facts, Site, Tensor
+
+
+def fail(where: str, fact: str) -> None:
+    raise WiringError(f"{where}: {fact}")
+
+
+def weight_is(facts: Facts, site: Site, key: tuple[int, int], name: str, where: str) -> Tensor:
+    """The pointer at ``key`` (param, byte offset) is the sidecar weight ``name``, at its
+    start, and stable over every forward of the group."""
+    t = facts.weights.get(name)
+    if t is None:
+        fail(where, f"the sidecar has no weight `{name}`")
+    addr = site.ptrs.get(key)
+    if addr is None:
+        fail(where, f"parameter {key[0]}+{key[1]} is not a device pointer; the wiring expects "
+                    f"weight `{name}` there")
+    if addr != t.ptr:
+        hit = facts.tensor_at(addr)
+        got = f"`{hit[1].name}`+{hit[2]}" if hit else "no sidecar tensor"
+        fail(where, f"parameter {key[0]}+{key[1]} points to {addr:#x} ({got}); the wiring says "
+                    f"weight `{name}` at {t.ptr:#x}")
+    if site.klass.get(key) != "stable":
+        fail(where, f"weight pointer `{name}` is not stable across forwards "
+                    f"({site.klass.get(key)})")
+    return t
+
+
+def cache_is(facts: Facts, site: Site, param: int, name: str, where: str) -> Tensor:
+    t = facts.cache.get(name)
+    if t is None:
+        fail(where, f"the sidecar has no cache tensor `{name}`")
+    addr = site.ptrs.get((param, 0))
+    if addr != t.ptr:
+        hit = facts.tensor_at(addr) if addr is not None else None
+        got = f"`{hit[1].name}`+{hit[2]}" if hit else "no sidecar tensor"
+        fail(where, f"parameter {param} writes {addr if addr is None else hex(addr)} ({got}); "
+                    f"the wiring says cache `{name}` at {t.ptr:#x}")
+    return t
+
+
+def cache_layout(t: Tensor, kv_heads: int, max_len: int, head_dim: int) -> None:
+    """HF StaticCache layout ``[1, kv_heads, max_len, head_dim]`` bf16, contiguous: the
+    strides the captured cache writers bake in and the attention kernel is told."""
+    shape = [1, kv_heads, max_len, head_dim]
+    stride = [kv_heads * max_len * head_dim, max_len * head_dim, head_dim, 1]
+    if t.shape != shape or t.stride != stride or t.dtype != "bfloat16":
+        fail(f"sidecar cache `{t.name}`",
+             f"{t.dtype}{t.shape} strides {t.stride}; the state layout assumes "
+             f"bfloat16{shape} strides {stride}")
+
+
+def scalars_are(site: Site, expected: list, where: str) -> None:
+    """The site's scalar parameters, minus Triton's two trailing scratch pointers (asserted
+    null), are exactly ``expected`` (kern-manifest expressions of ``tokens``)."""
+    n = len(site.sizes)
+    scal = sorted(site.scalars)
+    for p in scal[-2:]:
+        f = site.scalars[p]
+        if p < n - 2 or f.verdict != "constant" or f.expr != 0:
+            fail(where, f"parameter {p} should be a null Triton scratch pointer, "
+                        f"found {f.verdict} {f.text}")
+    got = []
+    for p in scal[:-2]:
+        f = site.scalars[p]
+        if f.verdict not in ("constant", "fitted"):
+            fail(where, f"scalar parameter {p} is {f.verdict} ({f.reason or f.alternatives})")
+        got.append(f.expr)
+    if _canon(got) != _canon(expected):
+        fail(where, f"scalar literals {[_txt(e) for e in got]} differ from the config's "
+                    f"{[_txt(e) for e in expected]}")
+
+
+def same_address(a: int | None, b: int | None, where: str, what: str) -> None:
+    if a is None or a != b:
+        fail(where, f"{what}: {a if a is None else hex(a)} vs "
+                    f"{b if b is None else hex(b)}")
+
+
+def _canon(x: object) -> str:
+    return json.dumps(_plain(x), sort_keys=True)
+
+
+def _plain(x: object) -> object:
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    if isinstance(x, int | str | float) or x is None:
+        return x
+    import msgspec
+    return msgspec.to_builtins(x)
+
+
+def _txt(e: object) -> str:
+    p = _plain(e)
+    if isinstance(p, int):
+        return str(p)
+    return json.dumps(p, separators=(",", ":"))

@@ -1,0 +1,151 @@
+"""The generator: facts -> assertions -> wiring -> manifest, plan, kernels, report.
+
+Nothing is written unless every assertion held and the manifest verifies clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kern_manifest
+
+from . import config as C
+from .assemble import Assembler
+from .errors import WiringError
+from .facts import Facts, load
+from .report import readme
+from .wiring import Program, wire
+
+KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
+
+
+@dataclass
+class Result:
+    manifest: bytes
+    plan: bytes
+    readme: bytes
+    cubins: dict[str, bytes]
+
+
+def _build_own(nvcc: str | None) -> dict[str, bytes]:
+    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", KERNELS_SRC / "build.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with tempfile.TemporaryDirectory(prefix="kern-gen-own-") as tmp:
+        mod.build(Path(tmp), nvcc)
+        return {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
+
+
+def _match_sidecar(facts: Facts, group: int) -> list[int]:
+    """Token count of each forward of ``group`` according to the sidecar (the forward whose
+    time window holds the middle of the pass: a pass's first launches can precede the
+    sidecar's timestamp by a few microseconds)."""
+    fwds = [f for r in facts.sidecar["requests"] for f in r["forwards"]]
+    out = []
+    g = facts.group(group)
+    for pi in g.forwards:
+        p = facts.mined.passes[pi]
+        mid = (p.t0_ns + p.t1_ns) // 2
+        hit = [f for f in fwds if f["t0_ns"] <= mid <= f["t1_ns"]]
+        if len(hit) != 1:
+            raise WiringError(f"group {group}, pass {pi}: {len(hit)} sidecar forwards contain "
+                              f"its mid time; cannot tie it to a forward")
+        out.append(int(hit[0]["tokens"]))
+    return out
+
+
+def choose_groups(facts: Facts) -> tuple[int, int]:
+    """decode = the group whose every forward is a 1-token forward (sidecar); prefill = the
+    dynamic group (token reference, fitted grids) with the most distinct token counts; the
+    mined token counts must equal the sidecar's."""
+    decode, prefill, best = None, None, 0
+    for g in facts.mined.groups:
+        sc = _match_sidecar(facts, g.index)
+        if all(t == 1 for t in sc):
+            decode = g.index if decode is None else decode
+            continue
+        if g.reference.site is None:
+            continue
+        if [int(t) if t is not None else None for t in g.tokens] != sc:
+            raise WiringError(f"group {g.index}: kern-mine's token counts {g.tokens} differ "
+                              f"from the sidecar's {sc} (wrong token reference)")
+        if len(set(sc)) > best:
+            prefill, best = g.index, len(set(sc))
+    if decode is None or prefill is None:
+        raise WiringError(f"no decode group (all forwards 1 token) or no dynamic prefill group "
+                          f"in {facts.mined.capture}")
+    return decode, prefill
+
+
+def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
+             sidecar: Path | None = None, tokens_max: int | None = None,
+             label: str = "", command: str = "", nvcc: str | None = None,
+             own_cubins: dict[str, bytes] | None = None) -> Result:
+    facts = load(capture, mined, sidecar)
+    captured = C.from_hf(facts.sidecar["config"], "sidecar config")
+    cfg = C.load(config) if config else captured
+    C.compare(cfg, captured, str(config or "sidecar config"))
+    if cfg.model_type not in ("llama", "qwen3"):
+        raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers llama and qwen3")
+    cache = facts.sidecar["cache"]
+    if cache.get("kind") != "static":
+        raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
+                          f"StaticCache")
+    max_len = int(cache["max_len"])
+    tmax = tokens_max or max_len
+    if tmax > max_len:
+        raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
+    dg, pg = choose_groups(facts)
+    programs: list[Program] = [wire(facts, cfg, "prefill", pg, max_len),
+                               wire(facts, cfg, "decode", dg, max_len)]
+    own = own_cubins if own_cubins is not None else _build_own(nvcc)
+    own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
+    asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)")
+    doc = asm.manifest(programs, tmax)
+    man = kern_manifest.from_obj(doc)
+    diags = kern_manifest.verify(man)
+    if diags:
+        raise WiringError("generated manifest does not verify:\n" +
+                          kern_manifest.render_human(diags))
+    mbytes = kern_manifest.encode(man) + b"\n"
+    cubins: dict[str, bytes] = {}
+    for file, src in sorted(asm.cubins.items()):
+        if src.origin == "own":
+            cubins[file] = own[file]
+            continue
+        data = facts.capture.module_bytes(src.module or "")
+        if data is None:
+            raise WiringError(f"capture has no cubin for module {src.module}")
+        if hashlib.sha256(data).hexdigest() != src.module:
+            raise WiringError(f"module {src.module}: the capture's cubin does not hash to its "
+                              f"name")
+        cubins[file] = data
+    plan = {"version": 1, "weights": {"model.rotary_emb.inv_freq": {
+        "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
+                                               "head_dim": cfg.head_dim}}}}
+    pbytes = (json.dumps(plan, indent=1) + "\n").encode()
+    text = readme(facts, cfg, asm, programs, dg, pg, max_len, tmax, command)
+    return Result(mbytes, pbytes, text.encode(), cubins)
+
+
+def write(result: Result, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    kdir = out / "kernels"
+    if kdir.exists():
+        shutil.rmtree(kdir)
+    kdir.mkdir()
+    for name, data in result.cubins.items():
+        (kdir / name).write_bytes(data)
+    (out / "manifest.json").write_bytes(result.manifest)
+    (out / "export-plan.json").write_bytes(result.plan)
+    (out / "README.md").write_bytes(result.readme)
+
+

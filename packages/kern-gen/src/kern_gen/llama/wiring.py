@@ -1,0 +1,375 @@
+"""The hand-written wiring of a Llama-family forward onto a captured Inductor graph.
+
+The generator knows the model: per layer ``input_layernorm -> q,k,v projections -> rope on
+q; rope on k fused with the K-cache write; V-cache write -> attention -> o_proj -> residual
+add + post_attention_layernorm -> gate, up -> SiLU*mul -> down``, then ``model.norm`` and the
+tied ``lm_head``.  Inductor fuses and schedules these into call sites; this module *names*
+each captured site by its role (from the kernel name Inductor derives from the fused ops),
+checks it against the model (:mod:`.falsify`), and emits :class:`Op` s:
+
+- mined sites (RMSNorm with its residual adds, q rope, k rope + K-cache write, V-cache
+  write, SiLU*mul) are replayed with their captured ABI and literals;
+- GEMMs (nvjet, packed params) become ``extern:cublaslt_bf16_tn`` with A/W/C taken from
+  the pointers inside the packed struct (byte offsets 240/176/328 of the captured param);
+- embedding, the rope angle computation (a cutlass sgemm with a by-value struct),
+  attention (flex-attention templates over per-forward block masks and a repeat_kv copy of
+  the whole cache) and the final argmax become own kernels;
+- block-mask building, repeat_kv copies, flex partial/reduce kernels and the per-layer
+  cache-position bookkeeping (``add_copy_``) are dropped -- their only consumers are
+  replaced.
+
+Inductor's residual stream does **not** keep one address: fused RMSNorm kernels take the
+running residual *and* the pending attention/MLP outputs and recompute the sum, storing it
+(``in_out_ptr``) only every few layers.  So the wiring does not assume a residual buffer;
+it replays Inductor's buffer plan: each activation address of the forward (per dtype) is
+one workspace buffer, and the generator proves that every buffer a kept kernel reads was
+written earlier by a kept or substituted kernel (:func:`_dataflow`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import ModelConfig
+from .errors import WiringError
+from .facts import Facts, Site
+from . import falsify as F
+
+TOK: dict[str, Any] = {"sym": "tokens"}
+
+
+def mul(e: Any, c: int) -> dict[str, Any]:
+    return {"mul": [e, c]}
+
+
+# --- roles ------------------------------------------------------------------------------
+
+DROP = ("flex_attention", "clone_expand_unsqueeze", "new_zeros", "_sort_", "sort_sum",
+        "RangeFactories", "fused_add_arange_1", "add_arange_constant_pad", "add_copy_",
+        "to_copy_unsqueeze", "bmm_expand_unsqueeze", "index_put", "slice_sum_transpose")
+
+
+def role_of(site: Site) -> str:
+    n = site.name
+    if site.info.replay == "extra" and n.startswith("nvjet"):
+        return "gemm"
+    if "cutlass" in n and "sgemm" in n:
+        return "rope_angles"
+    if "ArgMaxOps" in n:
+        return "argmax"
+    if n.startswith("triton_poi_fused_embedding"):
+        return "embed"
+    if "mean_mul_pow_rsqrt" in n and "cos" not in n:
+        return "norm"
+    if "flex_attention_mm" in n:
+        return "attn_transpose"
+    if "mul_silu" in n:
+        return "silu"
+    if "index_copy" in n and "cos" in n:
+        return "k_rope_cache"
+    if "index_copy" in n:
+        return "v_cache"
+    if "cos" in n and "sin" in n and "flex_attention" not in n:
+        return "q_rope"
+    if any(d in n for d in DROP):
+        return "drop"
+    raise WiringError(f"site {site.index} `{n}` (group {site.group}): no role in the "
+                      f"Llama wiring; the capture has a kernel the wiring does not know")
+
+
+# --- ops --------------------------------------------------------------------------------
+
+@dataclass
+class Ref:
+    """A manifest argument: a buffer (``buf``), the KV state (``state``) or a scalar."""
+    buf: str | None = None
+    state: bool = False
+    offset: int = 0
+
+
+@dataclass
+class Op:
+    kind: str          # mined | gemm | embedding | angles | attention | argmax
+    label: str
+    site: Site | None = None
+    ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
+    args: dict[str, Any] = field(default_factory=dict)               # others
+
+
+@dataclass
+class Buf:
+    name: str
+    dtype: str
+    width: int
+    cls: str
+
+
+@dataclass
+class Program:
+    name: str
+    rows: Any                       # 1 for decode, {"sym": "tokens"} for prefill
+    ops: list[Op]
+    bufs: dict[str, Buf]
+
+
+WEIGHTS_PER_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                     "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+class _Acts:
+    """Activation addresses -> workspace buffers, keyed by (address, dtype)."""
+
+    def __init__(self, program: str, decode: bool) -> None:
+        self.program, self.decode = program, decode
+        self.bufs: dict[str, Buf] = {}
+        self.by_key: dict[tuple[int, str], str] = {}
+
+    def get(self, addr: int, dtype: str, width: int, label: str) -> Ref:
+        key = (addr, dtype)
+        name = self.by_key.get(key)
+        if name is None:
+            name = f"{self.program}.{label}"
+            n = 2
+            while name in self.bufs:
+                name, n = f"{self.program}.{label}.{n}", n + 1
+            self.by_key[key] = name
+            self.bufs[name] = Buf(name, dtype, width, "workspace")
+        b = self.bufs[name]
+        b.width = max(b.width, width)
+        return Ref(buf=name)
+
+
+def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int) -> Program:
+    """Walk the group's sites in call order and emit the program's ops (see module doc)."""
+    decode = program == "decode"
+    sites = facts.sites(group)
+    acts = _Acts(program, decode)
+    ops: list[Op] = []
+    L = cfg.layers
+    qk_norm = cfg.model_type == "qwen3"
+    gemm_names = [f"model.layers.{i}.{w}.weight" for i in range(L) for w in WEIGHTS_PER_LAYER]
+    gemm_names.append("lm_head.weight" if not cfg.tie_embeddings and
+                      "lm_head.weight" in facts.weights else "model.embed_tokens.weight")
+    norm_names = [f"model.layers.{i}.{w}.weight" for i in range(L)
+                  for w in ("input_layernorm", "post_attention_layernorm")] + ["model.norm.weight"]
+    count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu")}
+    layer_q: dict[int, tuple[Ref, Site]] = {}
+    layer_qt: dict[int, Ref] = {}
+    n_tr = 0
+    gemm_c: dict[str, int] = {}
+    angles: Ref | None = None
+    last_v = -1
+    kv_bytes = cfg.kv_heads * max_len * cfg.head_dim * 2
+    dyn = not decode
+
+    for s in sites:
+        role = role_of(s)
+        where = s.where(program, role)
+        if role == "drop":
+            continue
+        k = count.get(role, 0)
+        if role in count:
+            count[role] = k + 1
+        if role == "embed":
+            F.weight_is(facts, s, (1, 0), "model.embed_tokens.weight", where)
+            out = acts.get(s.ptrs[(2, 0)], "bf16", cfg.hidden, "embed.out")
+            ops.append(Op("embedding", "embed", s, args={"out": out}))
+        elif role == "rope_angles":
+            inv = facts.weights.get("model.rotary_emb.inv_freq")
+            if inv is None or inv.ptr not in (s.ptrs.get((0, 280)), s.ptrs.get((0, 288))):
+                F.fail(where, "neither sgemm operand (struct bytes 280/288) is the sidecar's "
+                              "`model.rotary_emb.inv_freq`")
+            F.same_address(s.ptrs.get((0, 296)), s.ptrs.get((0, 304)), where,
+                           "sgemm C and D (struct bytes 296/304) differ")
+            # the sgemm writes [head_dim/2, tokens] (HF's inv_freq[:, None] @ positions)
+            angles = acts.get(s.ptrs[(0, 296)], "f32", cfg.head_dim // 2, "rope.angles")
+            ops.append(Op("angles", "rope angles", s, args={"out": angles}))
+        elif role == "gemm":
+            if k >= len(gemm_names):
+                F.fail(where, f"GEMM #{k} beyond the {len(gemm_names)} the model has")
+            wname = gemm_names[k]
+            w = F.weight_is(facts, s, (0, 176), wname, where)
+            n_out, k_in = w.shape
+            lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
+            short = lab.split(".")[-1]
+            gemm_c[f"{k // 7}.{short}"] = s.ptrs[(0, 328)]
+            if short == "o_proj":
+                layer = k // 7
+                q, qsite = layer_q.get(layer, (None, None))
+                if q is None:
+                    F.fail(where, f"layer {layer}: o_proj before any q rope")
+                if dyn:
+                    # prefill: q rope writes q head-major [heads, tokens, head_dim]; the
+                    # captured graph transposes the attention output (which reuses q's
+                    # buffer) back to [tokens, heads*head_dim] with that kernel, so the
+                    # same kernel makes a token-major q for the own attention kernel
+                    q = layer_qt.get(layer)
+                    if q is None:
+                        F.fail(where, f"layer {layer}: no head-major -> token-major transpose "
+                                      f"before o_proj in the prefill graph")
+                out = acts.get(s.ptrs[(0, 240)], "bf16", cfg.q_width, f"L{layer}.attn.out")
+                ops.append(Op("attention", f"L{layer}.attn", None, args={
+                    "q": q, "k": Ref(state=True, offset=2 * layer * kv_bytes),
+                    "v": Ref(state=True, offset=(2 * layer + 1) * kv_bytes), "out": out}))
+            a = acts.get(s.ptrs[(0, 240)], "bf16", k_in, f"{lab}.in")
+            if decode and k == len(gemm_names) - 1:
+                c = Ref(buf="logits")
+            else:
+                c = acts.get(s.ptrs[(0, 328)], "bf16", n_out, f"{lab}.out")
+            ops.append(Op("gemm", lab, s, args={"a": a, "w": Ref(buf=wname), "c": c,
+                                                 "n": n_out, "k": k_in}))
+        elif role == "norm":
+            if k >= len(norm_names):
+                F.fail(where, f"RMSNorm #{k} beyond the {len(norm_names)} the model has")
+            wname = norm_names[k]
+            flat = s.flat_ptrs()
+            wp = [p for p, a in flat if facts.tensor_at(a) and facts.tensor_at(a)[0] == "weight"]
+            if len(wp) != 1:
+                F.fail(where, f"expected exactly one weight pointer ({wname}), found {len(wp)}")
+            F.weight_is(facts, s, (wp[0], 0), wname, where)
+            F.scalars_are(s, [TOK, cfg.hidden] if dyn else [cfg.hidden], where)
+            lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
+            acts_p = [p for p, _ in flat if p != wp[0]]
+            ptrs = {wp[0]: ("in", Ref(buf=wname))}
+            for p, a in flat:
+                if p == wp[0]:
+                    continue
+                d = "out" if p == acts_p[-1] else "inout"
+                ptrs[p] = (d, acts.get(a, "bf16", cfg.hidden,
+                                       f"{lab}.out" if d == "out" else f"{lab}.res"))
+            ops.append(Op("mined", lab, s, ptrs=ptrs))
+        elif role == "q_rope":
+            layer = k
+            flat = s.flat_ptrs()
+            _count(flat, 3, where)
+            F.same_address(flat[0][1], gemm_c.get(f"{layer}.q_proj"), where,
+                           "q rope reads q at the q_proj GEMM output (offset 0)")
+            F.scalars_are(s, [TOK, mul(TOK, cfg.q_width)] if dyn else [cfg.q_width], where)
+            qin = acts.get(flat[0][1], "bf16", cfg.q_width, f"L{layer}.q")
+            ang = _angles(acts, flat[1][1], cfg, angles, where)
+            out = acts.get(flat[2][1], "bf16", cfg.q_width, f"L{layer}.q_rot")
+            layer_q[layer] = (out, s)
+            ops.append(Op("mined", f"L{layer}.q_rope", s,
+                          ptrs={flat[0][0]: ("in", qin), flat[1][0]: ("in", ang),
+                                flat[2][0]: ("out", out)}))
+        elif role == "k_rope_cache":
+            layer = k
+            flat = s.flat_ptrs()
+            _count(flat, 4, where)
+            F.same_address(flat[1][1], gemm_c.get(f"{layer}.k_proj"), where,
+                           "k rope reads k at the k_proj GEMM output (offset 0)")
+            t = F.cache_is(facts, s, flat[3][0], f"layers.{layer}.keys", where)
+            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim)
+            F.scalars_are(s, [TOK, cfg.head_dim, TOK, cfg.kv_heads] if dyn
+                          else [cfg.kv_width], where)
+            kin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.k")
+            ang = _angles(acts, flat[2][1], cfg, angles, where)
+            ops.append(Op("mined", f"L{layer}.k_rope_cache", s, ptrs={
+                flat[0][0]: ("in", Ref(buf="positions")), flat[1][0]: ("in", kin),
+                flat[2][0]: ("in", ang),
+                flat[3][0]: ("inout", Ref(state=True, offset=2 * layer * kv_bytes))}))
+        elif role == "v_cache":
+            layer = k
+            flat = s.flat_ptrs()
+            _count(flat, 3, where)
+            F.same_address(flat[1][1], gemm_c.get(f"{layer}.v_proj"), where,
+                           "V-cache write reads v at the v_proj GEMM output (offset 0)")
+            t = F.cache_is(facts, s, flat[2][0], f"layers.{layer}.values", where)
+            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim)
+            F.scalars_are(s, [mul(TOK, cfg.kv_width)] if dyn else [cfg.kv_width], where)
+            vin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
+            ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
+                flat[0][0]: ("in", Ref(buf="positions")), flat[1][0]: ("in", vin),
+                flat[2][0]: ("inout", Ref(state=True, offset=(2 * layer + 1) * kv_bytes))}))
+            last_v = len(ops)
+        elif role == "attn_transpose":
+            layer = n_tr
+            n_tr += 1
+            flat = s.flat_ptrs()
+            _count(flat, 2, where)
+            q_rot = layer_q.get(layer)
+            if q_rot is None or acts.by_key.get((flat[0][1], "bf16")) != q_rot[0].buf:
+                F.fail(where, f"layer {layer}: the transpose does not read the q rope output "
+                              f"(the buffer the captured attention reused for its output)")
+            F.scalars_are(s, [TOK, mul(TOK, cfg.q_width)], where)
+            qt = Ref(buf=f"{program}.L{layer}.q_tok")
+            acts.bufs[qt.buf] = Buf(qt.buf, "bf16", cfg.q_width, "workspace")
+            layer_qt[layer] = qt
+            ops.append(Op("mined", f"L{layer}.q_transpose", s, ptrs={
+                flat[0][0]: ("in", q_rot[0]), flat[1][0]: ("out", qt)}))
+        elif role == "silu":
+            layer = k
+            flat = s.flat_ptrs()
+            _count(flat, 2, where)
+            F.same_address(flat[0][1], gemm_c.get(f"{layer}.gate_proj"), where,
+                           "SiLU*mul reads gate at the gate_proj GEMM output")
+            F.same_address(flat[1][1], gemm_c.get(f"{layer}.up_proj"), where,
+                           "SiLU*mul reads up at the up_proj GEMM output")
+            F.scalars_are(s, [mul(TOK, cfg.intermediate)] if dyn else [cfg.intermediate],
+                          where)
+            ops.append(Op("mined", f"L{layer}.silu_mul", s, ptrs={
+                flat[0][0]: ("inout", acts.get(flat[0][1], "bf16", cfg.intermediate,
+                                               f"L{layer}.gate")),
+                flat[1][0]: ("in", acts.get(flat[1][1], "bf16", cfg.intermediate,
+                                            f"L{layer}.up"))}))
+        elif role == "argmax":
+            ops.append(Op("argmax", "argmax", s))
+        if qk_norm:
+            pass  # Qwen3's q/k norms: see qwen3 notes in the README (not wired yet)
+
+    expected = {"gemm": len(gemm_names), "norm": len(norm_names), "k_rope_cache": L,
+                "v_cache": L, "q_rope": L, "silu": L}
+    for r, n in expected.items():
+        if count[r] != n:
+            raise WiringError(f"{program} (group {group}): {count[r]} `{r}` sites; the model "
+                              f"has {n}")
+    if not decode:
+        ops = ops[:last_v]          # prefill fills the KV state only
+    elif not any(o.kind == "argmax" for o in ops):
+        raise WiringError(f"{program} (group {group}): no argmax at the end of the forward")
+    _dataflow(program, ops)
+    used = {ref.buf for o in ops for _, ref in o.ptrs.values()} | \
+           {v.buf for o in ops for v in o.args.values() if isinstance(v, Ref)}
+    bufs = {k: b for k, b in acts.bufs.items() if k in used}
+    return Program(program, 1 if decode else TOK, ops, bufs)
+
+
+def _count(flat: list, n: int, where: str) -> None:
+    if len(flat) != n:
+        F.fail(where, f"{len(flat)} pointer parameters; the wiring expects {n}")
+
+
+def _angles(acts: _Acts, addr: int, cfg: ModelConfig, angles: Ref | None, where: str) -> Ref:
+    ref = acts.get(addr, "f32", cfg.head_dim // 2, "rope.angles")
+    if angles is None or ref.buf != angles.buf:
+        F.fail(where, f"reads rope angles at {addr:#x}, not where the captured angle sgemm "
+                      f"wrote them")
+    return ref
+
+
+def _dataflow(program: str, ops: list[Op]) -> None:
+    """Every workspace a kept op reads was written by an earlier kept op (the dropped
+    captured kernels must have had no other consumers)."""
+    written = {"token_ids", "positions", "pos0"}
+    def reads(o: Op) -> tuple[list[str], list[str]]:
+        if o.kind == "mined":
+            r = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("in", "inout")]
+            w = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("out", "inout")]
+            return r, w
+        a = o.args
+        if o.kind == "gemm":
+            return [a["a"].buf], [a["c"].buf]
+        if o.kind == "attention":
+            return [a["q"].buf], [a["out"].buf]
+        if o.kind == "argmax":
+            return ["logits"], ["next_token"]
+        return [], [a["out"].buf]
+    for o in ops:
+        r, w = reads(o)
+        for b in r:
+            if b not in written and not b.startswith("model."):
+                where = o.site.where(program, o.label) if o.site else f"{program}: {o.label}"
+                raise WiringError(f"{where}: reads `{b}`, which no wired kernel wrote before "
+                                  f"(its captured producer was dropped or replaced elsewhere)")
+        written.update(w)
