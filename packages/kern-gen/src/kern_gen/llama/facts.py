@@ -41,6 +41,8 @@ class Site:
     klass: dict[tuple[int, int], str]
     scalars: dict[int, SeriesFit]
     fits: dict[str, SeriesFit]
+    forward: int = -1
+    """The pass (kern-mine ``passes`` index) whose addresses ``ptrs`` holds: the group's first."""
 
     @property
     def index(self) -> int:
@@ -60,7 +62,8 @@ class Site:
 
     def where(self, program: str, role: str = "") -> str:
         r = f" ({role})" if role else ""
-        return f"{program}: site {self.index} `{self.name}`{r}"
+        return (f"{program}: site {self.index} (occurrence {self.info.occurrence}) "
+                f"`{self.name}`{r}, group {self.group}, forward {self.forward}")
 
 
 @dataclass
@@ -114,7 +117,7 @@ class Facts:
                     scal[int(f.what[6:-1])] = f
                 else:
                     fits[f.what] = f
-            out.append(Site(group, s, sizes, ptrs, klass, scal, fits))
+            out.append(Site(group, s, sizes, ptrs, klass, scal, fits, g.forwards[0]))
         return out
 
     def group(self, group: int) -> GroupInfo:

@@ -49,14 +49,13 @@ def cache_is(facts: Facts, site: Site, param: int, name: str, where: str) -> Ten
     return t
 
 
-def cache_layout(t: Tensor, kv_heads: int, max_len: int, head_dim: int) -> None:
+def cache_layout(t: Tensor, kv_heads: int, max_len: int, head_dim: int, where: str) -> None:
     """HF StaticCache layout ``[1, kv_heads, max_len, head_dim]`` bf16, contiguous: the
     strides the captured cache writers bake in and the attention kernel is told."""
     shape = [1, kv_heads, max_len, head_dim]
     stride = [kv_heads * max_len * head_dim, max_len * head_dim, head_dim, 1]
     if t.shape != shape or t.stride != stride or t.dtype != "bfloat16":
-        fail(f"sidecar cache `{t.name}`",
-             f"{t.dtype}{t.shape} strides {t.stride}; the state layout assumes "
+        fail(where, f"sidecar cache `{t.name}` is {t.dtype}{t.shape} strides {t.stride}; the state layout assumes "
              f"bfloat16{shape} strides {stride}")
 
 

@@ -25,7 +25,7 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       f"{cfg.heads} q / {cfg.kv_heads} kv heads of {cfg.head_dim}, intermediate "
       f"{cfg.intermediate}, vocab {cfg.vocab}, rms_norm_eps {cfg.eps!r}, rope theta "
       f"{cfg.rope_theta!r}, tied embeddings: {cfg.tie_embeddings}")
-    w(f"- capture: `{facts.mined.capture}` (kern-mine v{facts.mined.version}); decode from "
+    w(f"- capture: `{facts.capture.path.name}` (kern-mine v{facts.mined.version}); decode from "
       f"group {dg} ({len(g_dec.forwards)} one-token forwards, all grids constant), prefill "
       f"from group {pg} (forwards of {g_pre.tokens} tokens, grids and scalars fitted as "
       f"expressions of `tokens`)")

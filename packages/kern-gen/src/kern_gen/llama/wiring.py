@@ -165,10 +165,11 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
 
     for s in sites:
         role = role_of(s)
-        where = s.where(program, role)
         if role == "drop":
             continue
         k = count.get(role, 0)
+        per_layer = role in ("k_rope_cache", "v_cache", "q_rope", "silu")
+        where = s.where(program, f"{role}, layer {k}" if per_layer else role)
         if role in count:
             count[role] = k + 1
         if role == "embed":
@@ -260,7 +261,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
             F.same_address(flat[1][1], gemm_c.get(f"{layer}.k_proj"), where,
                            "k rope reads k at the k_proj GEMM output (offset 0)")
             t = F.cache_is(facts, s, flat[3][0], f"layers.{layer}.keys", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim)
+            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
             F.scalars_are(s, [TOK, cfg.head_dim, TOK, cfg.kv_heads] if dyn
                           else [cfg.kv_width], where)
             kin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.k")
@@ -276,7 +277,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
             F.same_address(flat[1][1], gemm_c.get(f"{layer}.v_proj"), where,
                            "V-cache write reads v at the v_proj GEMM output (offset 0)")
             t = F.cache_is(facts, s, flat[2][0], f"layers.{layer}.values", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim)
+            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
             F.scalars_are(s, [mul(TOK, cfg.kv_width)] if dyn else [cfg.kv_width], where)
             vin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
             ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={

@@ -1,0 +1,234 @@
+"""kern-gen llama/qwen3 on the committed captures: the examples regenerate byte for byte,
+verify clean, and every kind of asserted fact, altered in a copy of the inputs, makes the
+generator refuse with a message naming the site and the fact."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import kern_manifest
+import pytest
+from kern_mine import decode_json, encode_json, mine
+
+from kern_gen.llama import WiringError, generate
+from kern_gen.llama.command import PRESETS
+from kern_gen.llama.generate import _build_own, write
+
+ROOT = Path(__file__).resolve().parents[3]
+NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc"
+                                if Path("/usr/local/bin/nvcc").exists() else None)
+PRESET_NAMES = [p for p in PRESETS if (ROOT / PRESETS[p][2] / "manifest.json").exists()]
+
+
+def _preset(name: str) -> tuple[Path, Path, Path, str]:
+    cap, cfg, out, label = PRESETS[name]
+    return ROOT / cap, ROOT / cfg, ROOT / out, label
+
+
+def _own_committed(out: Path) -> dict[str, bytes]:
+    names = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
+             "rope_angles.cubin")
+    return {n: (out / "kernels" / n).read_bytes() for n in names}
+
+
+@pytest.fixture(scope="module")
+def mined_json(tmp_path_factory) -> dict[str, Path]:
+    """kern-mine's JSON for each preset's capture, computed once."""
+    d = tmp_path_factory.mktemp("mined")
+    res = {}
+    for name in PRESET_NAMES:
+        cap, *_ = _preset(name)
+        p = d / f"{name}.json"
+        p.write_bytes(encode_json(mine(cap)))
+        res[name] = p
+    return res
+
+
+def _gen(name: str, mined: Path, **kw):
+    cap, cfg, out, label = _preset(name)
+    kw.setdefault("config", cfg)
+    return generate(cap, kw.pop("config"), mined=mined, label=label,
+                    command=f"uv run --frozen kern-gen {name}",
+                    own_cubins=_own_committed(out), **kw)
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_regenerates_byte_for_byte(name, mined_json, tmp_path):
+    _, _, out, _ = _preset(name)
+    r = _gen(name, mined_json[name])
+    write(r, tmp_path)
+    for f in ("manifest.json", "export-plan.json", "README.md"):
+        assert (tmp_path / f).read_bytes() == (out / f).read_bytes(), f
+    got = sorted(p.name for p in (tmp_path / "kernels").iterdir())
+    assert got == sorted(p.name for p in (out / "kernels").iterdir())
+    for n in got:
+        assert (tmp_path / "kernels" / n).read_bytes() == (out / "kernels" / n).read_bytes(), n
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found: own cubins cannot be rebuilt here")
+def test_own_kernels_rebuild_to_their_pins():
+    own = _build_own(NVCC)
+    for name in PRESET_NAMES:
+        _, _, out, _ = _preset(name)
+        for f, data in _own_committed(out).items():
+            assert own[f] == data, f"{name}: {f} does not rebuild byte for byte"
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_example_verifies_and_pins_every_cubin(name):
+    _, _, out, _ = _preset(name)
+    vm = kern_manifest.load(out / "manifest.json")
+    m = vm.manifest if hasattr(vm, "manifest") else kern_manifest.read(out / "manifest.json")
+    used = set()
+    for k in m.kernels.values():
+        for s in k.impl.steps:
+            if s.symbol.startswith("extern:"):
+                continue
+            assert s.cubin and s.sha256, s.symbol
+            data = (out / "kernels" / s.cubin).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == s.sha256, s.cubin
+            used.add(s.cubin)
+    assert used == {p.name for p in (out / "kernels").iterdir()}
+    assert set(m.programs) == {"prefill", "decode"}
+    assert m.states["kv"].bytes_fixed > 0 and m.states["kv"].bytes_per_token == 0
+
+
+def test_cli_writes_the_example(tmp_path):
+    from typer.testing import CliRunner
+
+    from kern_gen.cli import app
+    if NVCC is None:
+        pytest.skip("nvcc not found: the CLI builds the own kernels")
+    cap, cfg, out, _ = _preset("llama")
+    res = CliRunner().invoke(app, ["llama", "--capture", str(cap), "--config", str(cfg),
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
+
+
+# --- falsification: one fact altered in a copy of the inputs -------------------------------
+
+def _sidecar(name: str) -> dict:
+    cap, *_ = _preset(name)
+    return json.loads((cap / "provider-sidecar.json").read_text())
+
+
+def _write(tmp: Path, obj: dict, fname: str) -> Path:
+    p = tmp / fname
+    p.write_text(json.dumps(obj))
+    return p
+
+
+def _refuses(name: str, mined: Path, *needles: str, **kw) -> str:
+    with pytest.raises(WiringError) as ei:
+        _gen(name, mined, **kw)
+    msg = str(ei.value)
+    for n in needles:
+        assert n in msg, f"{n!r} not in: {msg}"
+    return msg
+
+
+def test_refuses_moved_weight_pointer(mined_json, tmp_path):
+    sc = _sidecar("llama")
+    w = next(t for t in sc["weights"] if t["name"] == "model.layers.3.mlp.up_proj.weight")
+    w["data_ptr"] += 1 << 20
+    _refuses("llama", mined_json["llama"], "model.layers.3.mlp.up_proj.weight", "site",
+             "nvjet", sidecar=_write(tmp_path, sc, "sidecar.json"))
+
+
+def test_refuses_moved_norm_weight(mined_json, tmp_path):
+    sc = _sidecar("llama")
+    w = next(t for t in sc["weights"]
+             if t["name"] == "model.layers.7.post_attention_layernorm.weight")
+    w["data_ptr"] += 4096
+    _refuses("llama", mined_json["llama"], "post_attention_layernorm", "rsqrt",
+             sidecar=_write(tmp_path, sc, "sidecar.json"))
+
+
+def test_refuses_other_epsilon(mined_json, tmp_path):
+    _, cfg, _, _ = _preset("llama")
+    c = json.loads(cfg.read_text())
+    c["rms_norm_eps"] = 1e-6
+    _refuses("llama", mined_json["llama"], "eps", "1e-06",
+             config=_write(tmp_path, c, "config.json"))
+
+
+def test_refuses_other_cache_stride(mined_json, tmp_path):
+    sc = _sidecar("llama")
+    t = next(t for t in sc["cache"]["tensors"] if t["name"] == "layers.2.keys")
+    t["stride"] = [t["stride"][0], t["stride"][3] * 64, t["stride"][1] // 1024 * 3, 1]
+    _refuses("llama", mined_json["llama"], "layers.2.keys", "strides",
+             sidecar=_write(tmp_path, sc, "sidecar.json"))
+
+
+def test_refuses_cache_write_elsewhere(mined_json, tmp_path):
+    sc = _sidecar("llama")
+    t = next(t for t in sc["cache"]["tensors"] if t["name"] == "layers.4.values")
+    t["data_ptr"] += 1 << 22
+    _refuses("llama", mined_json["llama"], "layers.4.values", "index_copy",
+             sidecar=_write(tmp_path, sc, "sidecar.json"))
+
+
+def _mutate_mined(path: Path, tmp: Path, fn) -> Path:
+    m = json.loads(path.read_bytes())
+    fn(m)
+    decode_json(json.dumps(m))          # still a valid kern-mined document
+    return _write(tmp, m, "mined.json")
+
+
+def _prefill_group(m: dict) -> dict:
+    return max((g for g in m["groups"] if g["reference"]["site"] is not None),
+               key=lambda g: len(set(g["tokens"])))
+
+
+def test_refuses_other_stride_literal(mined_json, tmp_path):
+    """The prefill K-rope/cache writer of layer 5 gets head_dim 64 as a literal (only the
+    prefill graph shows it); claim 128."""
+    def alter(m):
+        g = _prefill_group(m)
+        sites = [s for s in g["sites"] if "index_copy" in s["kernel"] and "cos" in s["kernel"]]
+        s = sites[5]
+        f = next(f for f in s["fits"] if f["what"] == "param[5]")
+        assert f["expr"] == 64
+        f["expr"], f["text"] = 128, "128"
+    p = _mutate_mined(mined_json["llama"], tmp_path, alter)
+    with pytest.raises(WiringError) as ei:
+        _gen("llama", p)
+    msg = str(ei.value)
+    assert "prefill" in msg and "index_copy" in msg and "128" in msg and "64" in msg, msg
+
+
+def test_refuses_q_view_offset(mined_json, tmp_path):
+    """q rope of layer 2 (decode) reading q 1152 bytes into the q_proj output."""
+    def alter(m):
+        g = next(g for g in m["groups"] if g["reference"]["site"] is None)
+        sites = [s for s in g["sites"] if "cos" in s["kernel"] and "index_copy" not in
+                 s["kernel"] and "flex" not in s["kernel"]]
+        ptr = next(p for p in sites[2]["pointers"] if p["param"] == 0)
+        ptr["offset"] += 1152
+    p = _mutate_mined(mined_json["llama"], tmp_path, alter)
+    with pytest.raises(WiringError) as ei:
+        _gen("llama", p)
+    msg = str(ei.value)
+    assert "decode" in msg and "q rope reads q" in msg, msg
+
+
+def test_refuses_token_counts_that_differ_from_the_sidecar(mined_json, tmp_path):
+    sc = _sidecar("llama")
+    for r in sc["requests"]:
+        for f in r["forwards"]:
+            if f["tokens"] == 34:
+                f["tokens"] = 35
+    _refuses("llama", mined_json["llama"], "token counts", "35",
+             sidecar=_write(tmp_path, sc, "sidecar.json"))
+
+
+def test_mined_json_and_direct_mining_agree(mined_json):
+    cap, cfg, out, label = _preset("llama")
+    a = _gen("llama", mined_json["llama"])
+    b = generate(cap, cfg, label=label, command="uv run --frozen kern-gen llama",
+                 own_cubins=_own_committed(out))
+    assert a.manifest == b.manifest
