@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# kern-gen on the GPU machine: the generated SmolLM2-135M manifest through kern-runtime vs
+# transformers on the same GGUF weights (bf16). < 4 minutes.
+#
+# Run from the repository root with $OUT set, .carry/smollm2/gguf.part00 + gguf.part01
+# carried, and msgspec + gguf importable (wheels: set WHEELS to a folder holding them, e.g.
+# .whl; they are installed with --no-index into /tmp/site). Prints a table last; the full
+# log is $OUT/kern_gen_device.log, the numbers $OUT/device_check.json.
+set -uo pipefail
+: "${OUT:?set OUT to a writable folder}"
+WHEELS="${WHEELS:-.whl}"
+if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
+  pip install --quiet --no-index --no-deps --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl 2>&1 | tail -2
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-gen/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+GGUF=/tmp/smollm2-135m.gguf
+cat .carry/smollm2/gguf.part00 .carry/smollm2/gguf.part01 > "$GGUF" || exit 1
+sha256sum "$GGUF"
+timeout 230 python3 packages/kern-gen/device_check.py --example examples/smollm2-135m \
+  --gguf "$GGUF" --out "$OUT" "$@" 2>&1 | tee "$OUT/kern_gen_device.log"
+exit "${PIPESTATUS[0]}"
