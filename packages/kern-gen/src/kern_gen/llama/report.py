@@ -52,14 +52,18 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       "running residual plus the pending attention/MLP outputs and recomputes the sum, "
       "storing it only every few layers -- so there is no single residual address; the "
       "generator replays Inductor's buffer plan, one workspace per activation address and "
-      "dtype), q rope, k rope fused with the K-cache write, the V-cache write, SiLU·mul.")
-    w("- **Own**: embedding gather; rope angles (the capture computes `position x inv_freq` "
-      "with a cutlass sgemm taking a by-value struct; the generator gathers row `position` "
-      "of the derived f32 table `rope.angles` with the embedding kernel, bit-identical for a "
-      "k = 1 product); attention (the capture's flex-attention templates read block masks "
-      "built by ~10 extra kernels per forward and a repeat_kv copy of the *whole* cache "
-      "for every layer; own split-KV decode / flash prefill kernels read the cache in "
-      "place); greedy argmax (ATen's reduce kernel takes a by-value struct).")
+      "dtype), q rope, k rope fused with the K-cache write, the V-cache write, SiLU·mul; in "
+      "prefill also the kernel that transposes the attention output head-major -> "
+      "token-major (the captured attention reuses the q buffer for its output, so it is the "
+      "q rope output's transpose: it gives the own attention a token-major q).")
+    w("- **Own**: embedding gather; rope angles (`kern_rope_angles_f32`: the capture "
+      "computes HF's `inv_freq @ positions` with a cutlass sgemm taking a by-value struct; "
+      "same f32 product, same `[head_dim/2, tokens]` layout; `inv_freq` is the derived "
+      "weight `model.rotary_emb.inv_freq` of the export plan); attention (the capture's "
+      "flex-attention templates read block masks built by ~10 extra kernels per forward and, "
+      "for GQA, a repeat_kv copy of the *whole* cache per layer; own split-KV decode / flash "
+      "prefill kernels read the cache in place); greedy argmax (ATen's reduce kernel takes a "
+      "by-value struct).")
     w("- Dropped: block-mask construction, repeat_kv copies, flex partial/reduce kernels, "
       "per-layer cache-position bookkeeping (`add_copy_`): every reader of their outputs is "
       "replaced. The generator proves it: each buffer a kept kernel reads was written by an "

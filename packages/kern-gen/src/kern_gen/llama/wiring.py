@@ -147,7 +147,6 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
     acts = _Acts(program, decode)
     ops: list[Op] = []
     L = cfg.layers
-    qk_norm = cfg.model_type == "qwen3"
     gemm_names = [f"model.layers.{i}.{w}.weight" for i in range(L) for w in WEIGHTS_PER_LAYER]
     gemm_names.append("lm_head.weight" if not cfg.tie_embeddings and
                       "lm_head.weight" in facts.weights else "model.embed_tokens.weight")
@@ -316,8 +315,6 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                                             f"L{layer}.up"))}))
         elif role == "argmax":
             ops.append(Op("argmax", "argmax", s))
-        if qk_norm:
-            pass  # Qwen3's q/k norms: see qwen3 notes in the README (not wired yet)
 
     expected = {"gemm": len(gemm_names), "norm": len(norm_names), "k_rope_cache": L,
                 "v_cache": L, "q_rope": L, "silu": L}
