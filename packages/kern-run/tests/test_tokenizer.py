@@ -2,6 +2,7 @@
 file (llama-cpp-python, when installed) and on real text. The same checks against
 transformers' GGUF conversion ran once on CPU (see the package README)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,16 +16,9 @@ try:
 except KernRunError as err:
     pytest.skip(str(err), allow_module_level=True)
 
-TEXTS = [
-    "The capital of France is",
-    "Hello world 12345, héllo — 日本語!\n\n  x",
-    "def f(x):\n    return x**2  # square\n\ttab",
-    "I'm sure they'll've DONE it's",
-    "   leading spaces and trailing   ",
-    "emoji 🤖👍🏽 and accents: naïve café",
-    "<|im_start|>user\nhi<|im_end|>\n",
-    "3.14159 and 2024-11-30 and 1,000,000",
-]
+REFERENCE = Path(__file__).parent / "reference" / "tokenizer_reference.json"
+# The texts are the recorded reference's (reference/make_tokenizer_reference.py lists them).
+TEXTS = [c["text"] for c in json.loads(REFERENCE.read_text())["cases"]]
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +141,7 @@ def test_tokenizer_json_with_generation_config(tmp_path, tok):
     assert t.encode("The capital of France is") == [504, 3575, 282, 4649, 314]
 
 
-REFERENCE = Path(__file__).parent / "reference" / "tokenizer_reference.json"
-
-
 def _reference():
-    import json
-
     return json.loads(REFERENCE.read_text())
 
 
