@@ -52,10 +52,12 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       "running residual plus the pending attention/MLP outputs and recomputes the sum, "
       "storing it only every few layers -- so there is no single residual address; the "
       "generator replays Inductor's buffer plan, one workspace per activation address and "
-      "dtype), q rope, k rope fused with the K-cache write, the V-cache write, SiLU·mul; in "
-      "prefill also the kernel that transposes the attention output head-major -> "
-      "token-major (the captured attention reuses the q buffer for its output, so it is the "
-      "q rope output's transpose: it gives the own attention a token-major q).")
+      "dtype), q rope, k rope fused with the K-cache write, the V-cache write, SiLU·mul. "
+      "Layouts (checked against Inductor's generated code by "
+      "`tests/test_llama_inductor_evidence.py`): q rope writes q token-major "
+      "`[tokens, heads*head_dim]` (same index for load and store), the own attention reads "
+      "it with row stride `heads*head_dim` and writes token-major into o_proj's input; the "
+      "rope angles are `[head_dim/2, tokens]` (row length `tokens`, the kernels' `ks0`).")
     w("- **Own**: embedding gather; rope angles (`kern_rope_angles_f32`: the capture "
       "computes HF's `inv_freq @ positions` with a cutlass sgemm taking a by-value struct; "
       "same f32 product, same `[head_dim/2, tokens]` layout; `inv_freq` is the derived "
@@ -65,6 +67,9 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       "prefill kernels read the cache in place); greedy argmax (ATen's reduce kernel takes a "
       "by-value struct).")
     w("- Dropped: block-mask construction, repeat_kv copies, flex partial/reduce kernels, "
+      "the prefill transpose of the flex output (head-major `[heads, tokens, head_dim]`, in "
+      "the q rope output's storage) to token-major for o_proj (asserted: it reads that "
+      "storage and o_proj reads what it writes; the own attention writes token-major there), "
       "per-layer cache-position bookkeeping (`add_copy_`): every reader of their outputs is "
       "replaced. The generator proves it: each buffer a kept kernel reads was written by an "
       "earlier kept or substituted one.")

@@ -14,9 +14,14 @@ checks it against the model (:mod:`.falsify`), and emits :class:`Op` s:
 - embedding, the rope angle computation (a cutlass sgemm with a by-value struct),
   attention (flex-attention templates over per-forward block masks and a repeat_kv copy of
   the whole cache) and the final argmax become own kernels;
-- block-mask building, repeat_kv copies, flex partial/reduce kernels and the per-layer
-  cache-position bookkeeping (``add_copy_``) are dropped -- their only consumers are
-  replaced.
+- block-mask building, repeat_kv copies, flex partial/reduce kernels, the prefill
+  transpose of the flex output (head-major ``[heads, tokens, head_dim]``, stored in the q
+  rope output's storage) to the token-major o_proj input, and the per-layer cache-position
+  bookkeeping (``add_copy_``) are dropped -- their only consumers are replaced.  q after
+  rope is token-major ``[tokens, heads*head_dim]`` in both graphs (the own attention reads it
+  with row stride ``heads*head_dim`` and writes token-major), the rope angles are
+  ``[head_dim/2, tokens]`` (``tests/test_llama_inductor_evidence.py`` checks both against
+  Inductor's generated code).
 
 Inductor's residual stream does **not** keep one address: fused RMSNorm kernels take the
 running residual *and* the pending attention/MLP outputs and recompute the sum, storing it
@@ -154,7 +159,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                   for w in ("input_layernorm", "post_attention_layernorm")] + ["model.norm.weight"]
     count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu")}
     layer_q: dict[int, tuple[Ref, Site]] = {}
-    layer_qt: dict[int, Ref] = {}
+    layer_tr: dict[int, int] = {}
     n_tr = 0
     gemm_c: dict[str, int] = {}
     angles: Ref | None = None
@@ -200,14 +205,20 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                 if q is None:
                     F.fail(where, f"layer {layer}: o_proj before any q rope")
                 if dyn:
-                    # prefill: q rope writes q head-major [heads, tokens, head_dim]; the
-                    # captured graph transposes the attention output (which reuses q's
-                    # buffer) back to [tokens, heads*head_dim] with that kernel, so the
-                    # same kernel makes a token-major q for the own attention kernel
-                    q = layer_qt.get(layer)
-                    if q is None:
+                    # prefill: q rope writes q token-major [tokens, heads*head_dim] (the same
+                    # index for its load and store); the captured flex attention wrote its
+                    # output head-major [heads, tokens, head_dim] into q's storage and the
+                    # captured `..._t_transpose_..._10` made it token-major for o_proj.  The
+                    # own attention reads the token-major q and writes token-major, straight
+                    # into o_proj's input: the transpose is replaced (see `attn_transpose`)
+                    tr = layer_tr.get(layer)
+                    if tr is None:
                         F.fail(where, f"layer {layer}: no head-major -> token-major transpose "
-                                      f"before o_proj in the prefill graph")
+                                      f"of the attention output before o_proj in the prefill "
+                                      f"graph")
+                    F.same_address(s.ptrs.get((0, 240)), tr, where,
+                                   "o_proj reads A at the captured attention-output "
+                                   "transpose's output")
                 out = acts.get(s.ptrs[(0, 240)], "bf16", cfg.q_width, f"L{layer}.attn.out")
                 ops.append(Op("attention", f"L{layer}.attn", None, args={
                     "q": q, "k": Ref(state=True, offset=2 * layer * kv_bytes),
@@ -284,20 +295,22 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                 flat[2][0]: ("inout", Ref(state=True, offset=(2 * layer + 1) * kv_bytes))}))
             last_v = len(ops)
         elif role == "attn_transpose":
+            # prefill only: the captured flex attention's output is head-major
+            # [heads, tokens, head_dim] in the storage of the q rope output (Inductor reuses
+            # it); this kernel reads it there and writes it token-major for o_proj.  The own
+            # attention writes token-major directly, so the kernel is replaced, not replayed
+            # (replaying it on the token-major q would permute q's rows for tokens > 1).
             layer = n_tr
             n_tr += 1
             flat = s.flat_ptrs()
             _count(flat, 2, where)
             q_rot = layer_q.get(layer)
             if q_rot is None or acts.by_key.get((flat[0][1], "bf16")) != q_rot[0].buf:
-                F.fail(where, f"layer {layer}: the transpose does not read the q rope output "
-                              f"(the buffer the captured attention reused for its output)")
+                F.fail(where, f"layer {layer}: the transpose does not read the storage of the "
+                              f"q rope output (which the captured attention reused for its "
+                              f"output)")
             F.scalars_are(s, [TOK, mul(TOK, cfg.q_width)], where)
-            qt = Ref(buf=f"{program}.L{layer}.q_tok")
-            acts.bufs[qt.buf] = Buf(qt.buf, "bf16", cfg.q_width, "workspace")
-            layer_qt[layer] = qt
-            ops.append(Op("mined", f"L{layer}.q_transpose", s, ptrs={
-                flat[0][0]: ("in", q_rot[0]), flat[1][0]: ("out", qt)}))
+            layer_tr[layer] = flat[1][1]
         elif role == "silu":
             layer = k
             flat = s.flat_ptrs()
