@@ -6,6 +6,7 @@ the refusal)."""
 from __future__ import annotations
 
 import json
+import struct
 
 from .errors import WiringError
 from .facts import Facts, Site, Tensor
@@ -78,6 +79,18 @@ def scalars_are(site: Site, expected: list, where: str) -> None:
     if _canon(got) != _canon(expected):
         fail(where, f"scalar literals {[_txt(e) for e in got]} differ from the config's "
                     f"{[_txt(e) for e in expected]}")
+
+
+def eps_literal(facts: Facts, site: Site, eps: float, where: str) -> None:
+    """The RMSNorm epsilon is compiled into the kernel: the f32 bit pattern of the config's
+    ``rms_norm_eps`` must occur in the site's cubin (the kernels that apply a norm carry it
+    as an immediate; kernels that only compute ``mean(x^2)`` do not)."""
+    data = facts.capture.module_bytes(site.module or "")
+    if data is None:
+        fail(where, "no cubin in the capture to read the epsilon literal from")
+    if struct.pack("<f", eps) not in data:
+        fail(where, f"the cubin has no f32 literal {eps!r} (config rms_norm_eps, bits "
+                    f"{struct.pack('<f', eps).hex()}): the captured norm used another epsilon")
 
 
 def same_address(a: int | None, b: int | None, where: str, what: str) -> None:

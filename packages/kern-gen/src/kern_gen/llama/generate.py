@@ -23,6 +23,9 @@ from .facts import Facts, load
 from .report import readme
 from .wiring import Program, wire
 
+ARCHS = {"llama": False, "qwen3": True}
+"""model_type -> per-head q/k RMSNorm (Qwen3 = Llama + q_norm/k_norm before rope)."""
+
 KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
 
 
@@ -93,14 +96,9 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
     C.compare(cfg, captured, str(config or "sidecar config"))
-    if cfg.model_type != "llama":
-        # Qwen3 (not wired yet): its q/k RMSNorm is fused into the rope kernels in the decode
-        # graph (q: [out, q, q_norm.weight, angles]; k: [k, k_norm.weight, angles, positions,
-        # cache]) and split into a variance kernel + an apply kernel in the prefill graphs,
-        # and cuBLASLt split-K reduce kernels follow o_proj/down_proj; the roles and pointer
-        # tables below do not cover that yet.
-        raise WiringError(f"model_type {cfg.model_type!r}: only the llama wiring is "
-                          f"implemented (qwen3's fused q/k-norm rope kernels are not wired yet)")
+    if cfg.model_type not in ARCHS:
+        raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
+    qk_norm = ARCHS[cfg.model_type]
     cache = facts.sidecar["cache"]
     if cache.get("kind") != "static":
         raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
@@ -110,8 +108,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)
-    programs: list[Program] = [wire(facts, cfg, "prefill", pg, max_len),
-                               wire(facts, cfg, "decode", dg, max_len)]
+    programs: list[Program] = [wire(facts, cfg, "prefill", pg, max_len, qk_norm),
+                               wire(facts, cfg, "decode", dg, max_len, qk_norm)]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
     asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)")

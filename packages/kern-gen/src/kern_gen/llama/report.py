@@ -75,6 +75,21 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       "earlier kept or substituted one.")
     w("- Cache writers read the chunk's start position from the i64 `positions` input "
       "(positions of a chunk are consecutive, the caller contract's `positions[0] = pos0`).")
+    if cfg.model_type == "qwen3":
+        w("- **Qwen3 q/k RMSNorm** (per head, before rope), mined: in decode it is fused into "
+          "the q rope kernel (pointers: roped q out, q, `q_norm.weight`, angles; literals "
+          "heads, head_dim) and the k rope + K-cache writer (k, `k_norm.weight`, angles, "
+          "positions, cache; literals kv_heads, head_dim). In prefill a variance kernel "
+          "(`mean(x^2)` per token and head, f32 `[tokens, heads]`) runs after each of q_proj "
+          "and k_proj; the q rope is split into a `sin` half (`q_norm.weight`, q, variance, "
+          "angles -> a `[tokens, heads*head_dim]` temporary) and a `cos` half that adds it and "
+          "writes q **in place** (its first pointer is the q_proj output, which the attention "
+          "then reads: q stays token-major); the k writer takes (`k_norm.weight`, k, variance, "
+          "angles, positions, cache).")
+        w("- cuBLASLt split-K: the o_proj and down_proj GEMMs are split-K (`…_splitK_…`) "
+          "followed by `splitKreduce_kernel`; asserted: each reduce directly follows its GEMM, "
+          "reads the GEMM's workspace (struct bytes 688) and writes its C (328); both are "
+          "replaced by the extern, and no kept kernel reads the workspace.")
     w("- prefill stops after the last layer's V-cache write (it fills the state only).\n")
     w("## Facts asserted before writing\n")
     w("- the model config equals the captured run's (shapes, `rms_norm_eps`, rope theta: "
@@ -91,5 +106,11 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
     w("- every scalar literal equals the config (RMSNorm width, rope widths, head_dim and "
       "kv heads of the K writer, intermediate size; prefill: the fitted `tokens` "
       "expressions), and Triton's two trailing scratch pointers are null;")
+    if cfg.model_type == "qwen3":
+        w("- every q/k norm kernel receives `model.layers.N.self_attn.q_norm.weight` / "
+          "`k_norm.weight` of its layer (by pointer, against the sidecar); the variance and "
+          "rope kernels read q/k at the q_proj/k_proj output (offset 0) and their literals "
+          "equal heads, kv_heads and head_dim; the f32 bit pattern of `rms_norm_eps` occurs "
+          "in every norm-applying cubin (RMSNorms, q/k rope kernels);")
     w("- site counts per role equal the layer count; every captured kernel has a role.")
     return "\n".join(L) + "\n"

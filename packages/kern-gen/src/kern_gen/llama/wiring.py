@@ -55,10 +55,25 @@ DROP = ("flex_attention", "clone_expand_unsqueeze", "new_zeros", "_sort_", "sort
         "to_copy_unsqueeze", "bmm_expand_unsqueeze", "index_put", "slice_sum_transpose")
 
 
-def role_of(site: Site) -> str:
+def role_of(site: Site, qk_norm: bool = False) -> str:
     n = site.name
     if site.info.replay == "extra" and n.startswith("nvjet"):
         return "gemm"
+    if "cublasLt" in n and "splitKreduce" in n:
+        return "splitk_reduce"
+    if qk_norm:
+        # Qwen3's per-head q/k RMSNorm (prefill graphs): a variance kernel `mean(x^2)` per
+        # (token, head) for q and k, and the q rope split into a `sin` half (writes
+        # rotate_half(norm(q)) * sin) and a `cos` half (in place on q, adds the sin half)
+        if "mean_pow_view" in n and "rsqrt" not in n:
+            return "qk_var"
+        if "rsqrt" in n and "sin" in n and "cos" not in n and "flex_attention" not in n:
+            return "q_rope_sin"
+        if ("rsqrt" in n and "cos" in n and "index_copy" not in n
+                and "flex_attention" not in n):
+            return "q_rope"
+    if n.startswith("triton_poi") and "flex_attention" in n and "_t_transpose" in n:
+        return "attn_transpose"
     if "cutlass" in n and "sgemm" in n:
         return "rope_angles"
     if "ArgMaxOps" in n:
@@ -118,6 +133,40 @@ class Program:
     bufs: dict[str, Buf]
 
 
+# Pointer parameters of the mined q/k kernels, in parameter order, by architecture
+# (``qk_norm``) and graph (``decode``).  Names: q/k = the projection output (read), q_io = q
+# read and written in place, out = the roped q, angles = rope angles, norm_w = the q/k
+# RMSNorm weight, var = the per-(token, head) f32 mean of squares, sin = the sin half of the
+# q rope, positions = the i64 positions input, cache = this layer's K cache.
+LAYOUT: dict[tuple[bool, str, bool], tuple[str, ...]] = {
+    (False, "q_rope", True): ("q", "angles", "out"),
+    (False, "q_rope", False): ("q", "angles", "out"),
+    (False, "k_rope_cache", True): ("positions", "k", "angles", "cache"),
+    (False, "k_rope_cache", False): ("positions", "k", "angles", "cache"),
+    (True, "q_rope", True): ("out", "q", "norm_w", "angles"),
+    (True, "q_rope", False): ("q_io", "norm_w", "var", "angles", "sin"),
+    (True, "q_rope_sin", False): ("norm_w", "q", "var", "angles", "out"),
+    (True, "qk_var", False): ("x", "var"),
+    (True, "k_rope_cache", True): ("k", "norm_w", "angles", "positions", "cache"),
+    (True, "k_rope_cache", False): ("norm_w", "k", "var", "angles", "positions", "cache"),
+}
+
+
+def _scalars(cfg: ModelConfig, qk_norm: bool, role: str, decode: bool, which: str = "q"
+             ) -> list:
+    """The scalar literals (after Inductor's layout) each mined q/k kernel must carry."""
+    H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
+    if not qk_norm:
+        return {("q_rope", True): [cfg.q_width], ("q_rope", False): [TOK, mul(TOK, cfg.q_width)],
+                ("k_rope_cache", True): [cfg.kv_width],
+                ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
+    return {("q_rope", True): [H, D], ("q_rope", False): [TOK, mul(TOK, H), D],
+            ("q_rope_sin", False): [TOK, D, mul(TOK, H)],
+            ("qk_var", False): [mul(TOK, H if which == "q" else KV), D],
+            ("k_rope_cache", True): [KV, D],
+            ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
+
+
 WEIGHTS_PER_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                      "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
@@ -145,8 +194,11 @@ class _Acts:
         return Ref(buf=name)
 
 
-def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int) -> Program:
-    """Walk the group's sites in call order and emit the program's ops (see module doc)."""
+def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
+         qk_norm: bool = False) -> Program:
+    """Walk the group's sites in call order and emit the program's ops (see module doc).
+    ``qk_norm``: Qwen3 (per-head q/k RMSNorm fused into the q/k rope kernels, see
+    :data:`LAYOUT`)."""
     decode = program == "decode"
     sites = facts.sites(group)
     acts = _Acts(program, decode)
@@ -157,7 +209,42 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                       "lm_head.weight" in facts.weights else "model.embed_tokens.weight")
     norm_names = [f"model.layers.{i}.{w}.weight" for i in range(L)
                   for w in ("input_layernorm", "post_attention_layernorm")] + ["model.norm.weight"]
-    count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu")}
+    count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu",
+                            "q_rope_sin", "qk_var")}
+    pending_splitk: Site | None = None
+
+    def bind(s: Site, role: str, layer: int, where: str, labels: dict[str, str]
+             ) -> dict[str, tuple[int, int, str, Ref]]:
+        """Name the site's pointer parameters by :data:`LAYOUT`: name -> (param, address,
+        direction, ref), buffers taken in parameter order."""
+        names = LAYOUT.get((qk_norm, role, decode))
+        if names is None:
+            F.fail(where, f"no `{role}` kernel in the {program} graph of this architecture")
+        flat = s.flat_ptrs()
+        _count(flat, len(names), where)
+        out: dict[str, tuple[int, int, str, Ref]] = {}
+        for (p, a), nm in zip(flat, names):
+            if nm == "angles":
+                out[nm] = (p, a, "in", _angles(acts, a, cfg, angles, where))
+            elif nm == "positions":
+                out[nm] = (p, a, "in", Ref(buf="positions"))
+            elif nm == "norm_w":
+                w = f"model.layers.{layer}.self_attn.{labels['norm_w']}.weight"
+                F.weight_is(facts, s, (p, 0), w, where)
+                out[nm] = (p, a, "in", Ref(buf=w))
+            elif nm == "cache":
+                out[nm] = (p, a, "inout", Ref(state=True, offset=2 * layer * kv_bytes))
+            else:
+                d = {"out": "out", "q_io": "inout"}.get(nm, "in")
+                dt, wd = ("f32", cfg.heads if labels.get("x") == "q" else cfg.kv_heads) \
+                    if nm == "var" else ("bf16", cfg.kv_width if nm == "k" or
+                                         labels.get("x") == "k" else cfg.q_width)
+                if role == "qk_var" and nm == "var":
+                    d = "out"
+                out[nm] = (p, a, d, acts.get(a, dt, wd, f"L{layer}.{labels[nm]}"))
+        if qk_norm and (role != "qk_var"):
+            F.eps_literal(facts, s, cfg.eps, where)
+        return out
     layer_q: dict[int, tuple[Ref, Site]] = {}
     layer_tr: dict[int, int] = {}
     n_tr = 0
@@ -168,11 +255,31 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
     dyn = not decode
 
     for s in sites:
-        role = role_of(s)
+        role = role_of(s, qk_norm)
         if role == "drop":
             continue
+        if role == "splitk_reduce":
+            # cuBLASLt split-K: the GEMM wrote partial sums to its workspace (packed struct
+            # bytes 688/752), this kernel sums them into C.  The extern replaces both: assert
+            # that it reduces exactly the preceding GEMM's workspace into its C (any other
+            # reader of the workspace would fail the dataflow check below)
+            where = s.where(program, "splitKreduce")
+            g = pending_splitk
+            if g is None:
+                F.fail(where, "split-K reduce not directly after a split-K GEMM")
+            for p in (2, 4):
+                F.same_address(s.ptrs.get((p, 0)), g.ptrs.get((0, 328)), where,
+                               f"split-K reduce param {p} is the preceding GEMM's C")
+            for p in (1, 3):
+                F.same_address(s.ptrs.get((p, 0)), g.ptrs.get((0, 688)), where,
+                               f"split-K reduce param {p} is the preceding GEMM's workspace")
+            pending_splitk = None
+            continue
+        if pending_splitk is not None:
+            F.fail(pending_splitk.where(program, "gemm"), f"split-K GEMM not followed by its "
+                   f"cuBLASLt reduce (next: site {s.index} `{s.name}`)")
         k = count.get(role, 0)
-        per_layer = role in ("k_rope_cache", "v_cache", "q_rope", "silu")
+        per_layer = role in ("k_rope_cache", "v_cache", "q_rope", "silu", "q_rope_sin")
         where = s.where(program, f"{role}, layer {k}" if per_layer else role)
         if role in count:
             count[role] = k + 1
@@ -195,6 +302,8 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                 F.fail(where, f"GEMM #{k} beyond the {len(gemm_names)} the model has")
             wname = gemm_names[k]
             w = F.weight_is(facts, s, (0, 176), wname, where)
+            if "splitK" in s.name:
+                pending_splitk = s
             n_out, k_in = w.shape
             lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
             short = lab.split(".")[-1]
@@ -240,6 +349,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                 F.fail(where, f"expected exactly one weight pointer ({wname}), found {len(wp)}")
             F.weight_is(facts, s, (wp[0], 0), wname, where)
             F.scalars_are(s, [TOK, cfg.hidden] if dyn else [cfg.hidden], where)
+            F.eps_literal(facts, s, cfg.eps, where)
             lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
             acts_p = [p for p, _ in flat if p != wp[0]]
             ptrs = {wp[0]: ("in", Ref(buf=wname))}
@@ -250,36 +360,38 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
                 ptrs[p] = (d, acts.get(a, "bf16", cfg.hidden,
                                        f"{lab}.out" if d == "out" else f"{lab}.res"))
             ops.append(Op("mined", lab, s, ptrs=ptrs))
-        elif role == "q_rope":
+        elif role == "qk_var":
+            layer, which = k // 2, "qk"[k % 2]
+            b = bind(s, role, layer, where, {"x": which, "var": f"{which}_var"})
+            F.same_address(b["x"][1], gemm_c.get(f"{layer}.{which}_proj"), where,
+                           f"{which} variance reads {which} at the {which}_proj GEMM output")
+            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode, which), where)
+            ops.append(Op("mined", f"L{layer}.{which}_var", s,
+                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
+        elif role in ("q_rope", "q_rope_sin"):
             layer = k
-            flat = s.flat_ptrs()
-            _count(flat, 3, where)
-            F.same_address(flat[0][1], gemm_c.get(f"{layer}.q_proj"), where,
-                           "q rope reads q at the q_proj GEMM output (offset 0)")
-            F.scalars_are(s, [TOK, mul(TOK, cfg.q_width)] if dyn else [cfg.q_width], where)
-            qin = acts.get(flat[0][1], "bf16", cfg.q_width, f"L{layer}.q")
-            ang = _angles(acts, flat[1][1], cfg, angles, where)
-            out = acts.get(flat[2][1], "bf16", cfg.q_width, f"L{layer}.q_rot")
-            layer_q[layer] = (out, s)
-            ops.append(Op("mined", f"L{layer}.q_rope", s,
-                          ptrs={flat[0][0]: ("in", qin), flat[1][0]: ("in", ang),
-                                flat[2][0]: ("out", out)}))
+            sin = role == "q_rope_sin"
+            b = bind(s, role, layer, where, {"q": "q", "q_io": "q", "norm_w": "q_norm",
+                                             "var": "q_var", "sin": "q_sin",
+                                             "out": "q_sin" if sin else "q_rot", "x": "q"})
+            F.same_address(b["q" if "q" in b else "q_io"][1], gemm_c.get(f"{layer}.q_proj"),
+                           where, "q rope reads q at the q_proj GEMM output (offset 0)")
+            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
+            if not sin:
+                layer_q[layer] = (b["out" if "out" in b else "q_io"][3], s)
+            ops.append(Op("mined", f"L{layer}.{role}", s,
+                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
         elif role == "k_rope_cache":
             layer = k
-            flat = s.flat_ptrs()
-            _count(flat, 4, where)
-            F.same_address(flat[1][1], gemm_c.get(f"{layer}.k_proj"), where,
+            b = bind(s, role, layer, where, {"k": "k", "norm_w": "k_norm", "var": "k_var",
+                                             "x": "k"})
+            F.same_address(b["k"][1], gemm_c.get(f"{layer}.k_proj"), where,
                            "k rope reads k at the k_proj GEMM output (offset 0)")
-            t = F.cache_is(facts, s, flat[3][0], f"layers.{layer}.keys", where)
+            t = F.cache_is(facts, s, b["cache"][0], f"layers.{layer}.keys", where)
             F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
-            F.scalars_are(s, [TOK, cfg.head_dim, TOK, cfg.kv_heads] if dyn
-                          else [cfg.kv_width], where)
-            kin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.k")
-            ang = _angles(acts, flat[2][1], cfg, angles, where)
-            ops.append(Op("mined", f"L{layer}.k_rope_cache", s, ptrs={
-                flat[0][0]: ("in", Ref(buf="positions")), flat[1][0]: ("in", kin),
-                flat[2][0]: ("in", ang),
-                flat[3][0]: ("inout", Ref(state=True, offset=2 * layer * kv_bytes))}))
+            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
+            ops.append(Op("mined", f"L{layer}.k_rope_cache", s,
+                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
         elif role == "v_cache":
             layer = k
             flat = s.flat_ptrs()
@@ -329,8 +441,12 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int)
         elif role == "argmax":
             ops.append(Op("argmax", "argmax", s))
 
+    if pending_splitk is not None:
+        F.fail(pending_splitk.where(program, "gemm"), "split-K GEMM without its reduce")
     expected = {"gemm": len(gemm_names), "norm": len(norm_names), "k_rope_cache": L,
-                "v_cache": L, "q_rope": L, "silu": L}
+                "v_cache": L, "q_rope": L, "silu": L,
+                "q_rope_sin": L if qk_norm and not decode else 0,
+                "qk_var": 2 * L if qk_norm and not decode else 0}
     for r, n in expected.items():
         if count[r] != n:
             raise WiringError(f"{program} (group {group}): {count[r]} `{r}` sites; the model "
