@@ -16,6 +16,14 @@ def test_conforming_manifest():
     assert (info.max_tokens, info.vocab, info.kv_bytes_per_token) == (64, 321, 64)
 
 
+def test_fixed_state_gives_the_context():
+    doc = contract_manifest(max_tokens=64, vocab=321)
+    assert check_manifest(from_obj(doc)).context is None
+    doc["states"]["kv"] = {"bytes_fixed": 4096}
+    info = check_manifest(from_obj(doc))
+    assert (info.kv_bytes_per_token, info.kv_bytes_fixed, info.context) == (0, 4096, 64)
+
+
 def test_every_deviation_is_listed():
     doc = contract_manifest(extra_inputs=["seq_lens"])
     doc["buffers"]["pos0"]["dtype"] = "i64"

@@ -35,8 +35,10 @@ def test_example_files_found(monkeypatch, tmp_path):
     (d / "manifest.json").write_text("{}")
     monkeypatch.setenv("KERN_EXAMPLES", str(tmp_path))
     assert defaults.example_files() == (d / "manifest.json", d / "kernels", None)
-    (d / "plan.json").write_text("{}")
-    assert defaults.example_files()[2] == d / "plan.json"
+    (d / "plan.json").write_text("{}")          # not the generator's name
+    assert defaults.example_files()[2] is None
+    (d / "export-plan.json").write_text("{}")   # what kern-gen writes
+    assert defaults.example_files()[2] == d / "export-plan.json"
 
 
 def test_weights_exported_once_from_the_gguf(monkeypatch, tmp_path):

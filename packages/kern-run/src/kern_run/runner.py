@@ -1,7 +1,7 @@
 """One ``kern-run`` invocation, from options to generated text: every check that needs no GPU
 first (options, files, the manifest against the caller contract, tokenizer, prompt length vs
-capacity), then the GPU probe, then the default model's weight export (first use only),
-load, and generation with streaming."""
+capacity or the model's fixed context), then the GPU probe, then the default model's weight
+export (first use only), load, and generation with streaming."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class RunOptions:
     prompt: str = DEFAULT_PROMPT
     steps: int = 64
     chunk: int = 512
-    capacity: int = 4096
+    capacity: int | None = None  # None: plan.DEFAULT_CAPACITY, or the manifest's fixed context
     eager: bool = False
     chat: bool = False
     gpu: int = 0
@@ -53,7 +53,7 @@ def check_options(o: RunOptions) -> None:
         problems.append(f"--steps must be at least 1 (got {o.steps})")
     if o.chunk < 1:
         problems.append(f"--chunk must be at least 1 (got {o.chunk})")
-    if o.capacity < 2:
+    if o.capacity is not None and o.capacity < 2:
         problems.append(f"--capacity must be at least 2 tokens (got {o.capacity})")
     if o.gpu < 0:
         problems.append(f"--gpu must be a device index ≥ 0 (got {o.gpu})")
@@ -125,7 +125,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         runtime_factory: Callable | None = None) -> Outcome:
     """Everything ``kern-run`` does; streams generated text to ``out``, notes to ``err``."""
     from .generate import generate
-    from .plan import check_capacity
+    from .plan import check_capacity, kv_capacity
     from .tokenizer import load_tokenizer
 
     check_options(o)
@@ -139,7 +139,8 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     ids = tok.encode(text)
     if not ids:
         raise KernRunError("--prompt encodes to no tokens")
-    check_capacity(len(ids), o.steps, o.capacity)
+    limit, load_capacity = kv_capacity(o.capacity, info.context)
+    check_capacity(len(ids), o.steps, limit, fixed=info.context is not None)
     if runtime_factory is None:
         ok, why = probe_gpu()
         if not ok:
@@ -151,7 +152,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         from .defaults import ensure_weights
         model.weights = [ensure_weights(model.manifest, model.plan, model.tokenizer,
                                         log=lambda s: err.write(s + "\n"))]
-    rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=o.capacity,
+    rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=load_capacity,
                          device=o.gpu)
     try:
         if o.summary:
@@ -170,8 +171,8 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
             out.write(o.prompt)
             out.flush()
         res = generate(rt, ids, steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
-                       eos=tok.eos_ids, eager=o.eager, capacity=o.capacity, vocab=info.vocab,
-                       on_token=emit)
+                       eos=tok.eos_ids, eager=o.eager, capacity=limit,
+                       fixed_context=info.context is not None, vocab=info.vocab, on_token=emit)
         tail = stream.flush()
         if tail:
             pieces.append(tail)

