@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kern-gen on the GPU machine: the generated SmolLM2-135M manifest through kern-runtime vs
-# transformers on the same GGUF weights (bf16). < 4 minutes.
+# transformers on the same GGUF weights, in bf16 and in fp32 (the exit code judges kern's
+# error vs fp32 against HF-bf16's own: see device_check.py's docstring). < 4 minutes.
 #
 # Run from the repository root with $OUT set, .carry/smollm2/gguf.part00 + gguf.part01
 # carried, and msgspec + gguf importable (wheels: set WHEELS to a folder holding them, e.g.
