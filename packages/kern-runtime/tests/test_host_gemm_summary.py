@@ -157,6 +157,19 @@ def test_summary_text():
                    "weights: 1 bound", "2 tensor(s) in the files unused",
                    "step (2 dispatches)", "step [tokens=1]: 3 launches"):
         assert needle in text, needle
+    assert "states (capacity 64 tokens):" in text
+
+
+def test_summary_fixed_state_has_no_capacity():
+    import msgspec
+
+    vm = toy_vm()
+    fixed = msgspec.structs.replace(vm.manifest.states["cache"], bytes_per_token=0,
+                                    bytes_fixed=4096)
+    vm = km.check(msgspec.structs.replace(vm.manifest, states={"cache": fixed}))
+    plan = plan_memory(vm, None)
+    text = render_summary(vm, plan, {}, WeightsInfo([], 0, 0, 0.0, 0), [])
+    assert "states (fixed size):" in text and "cache: 4096 B fixed -> 4.00 KiB" in text
 
 
 def test_import_needs_no_gpu():

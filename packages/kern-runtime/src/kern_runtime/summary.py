@@ -53,7 +53,9 @@ def render_summary(vm: VerifiedManifest, plan: MemoryPlan,
     syms = ", ".join(f"{n} ∈ [{s.min}, {s.max}]" for n, s in m.symbols.items()) or "none"
     lines.append(f"symbols: {syms}")
     if m.states:
-        lines.append(f"states (capacity {plan.capacity} tokens):")
+        # Only per-token states scale with capacity; fixed ones (bytes_fixed) have none.
+        cap = f"capacity {plan.capacity} tokens" if plan.capacity is not None else "fixed size"
+        lines.append(f"states ({cap}):")
         for n, s in m.states.items():
             per = (f"{s.bytes_fixed} B fixed" if s.bytes_fixed
                    else f"{s.bytes_per_token} B/token")
