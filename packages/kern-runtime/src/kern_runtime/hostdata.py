@@ -11,6 +11,7 @@ so a prefix of rows), as long as they fit the buffer at its symbol maxima.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -55,7 +56,7 @@ def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, in
             if isinstance(d, int) and have != d:
                 raise CallerError(f"array shape {list(array.shape)} differs from the buffer's "
                                   f"{list(buf.shape)} in dimension {i}", where=f"buffer `{name}`")
-    cap = int(np.prod(cap_shape))
+    cap = math.prod(cap_shape)  # exact, and ~50x cheaper than np.prod on a short tuple
     if array.size > cap:
         raise CallerError(f"{array.size} elements do not fit: the buffer holds {cap} "
                           f"({buf.dtype}{list(cap_shape)} at the symbol maxima)",
