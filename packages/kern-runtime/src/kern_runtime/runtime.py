@@ -89,6 +89,7 @@ class Runtime:
         self._stream = None
         self._arena = None
         self._modules = None
+        self._mem: Any = None   # kern_runtime.cuda.memory, bound at load (not per write/read)
         self._lt = None
         self._closed = False
         self.resolutions: dict[tuple[str, int], Resolution] = {}
@@ -104,10 +105,12 @@ class Runtime:
                                         unused_tensors=prep.unused_tensors)
 
     def _load_gpu(self, progress) -> None:
+        from .cuda import memory
         from .cuda.driver import Context
         from .cuda.memory import DeviceArena, Stream
         from .cuda.modules import Modules
 
+        self._mem = memory
         self._ctx = Context(self._device)
         self._stream = Stream()
         self._arena = DeviceArena(self.plan.total, self.plan.align, where="arena")
@@ -223,8 +226,6 @@ class Runtime:
     def write(self, name: str, array: np.ndarray) -> None:
         """Copy ``array`` (the whole buffer or a prefix, dtype per :data:`HOST_DTYPES`) into
         input or carry buffer ``name``, ordered before the next run."""
-        from .cuda.memory import Event, PinnedBuffer, h2d
-
         b = self._buffer(name)
         if b.cls not in ("input", "carry"):
             raise CallerError(f"buffer `{name}` is a {b.cls} buffer; only input and carry "
@@ -232,7 +233,8 @@ class Runtime:
         view = host_view(name, b, array, self.vm.sym_max)
         st = self._staging.get(name)
         if st is None:
-            st = (PinnedBuffer(self.plan.buffers[name].nbytes), Event(timing=False))
+            st = (self._mem.PinnedBuffer(self.plan.buffers[name].nbytes),
+                  self._mem.Event(timing=False))
             self._staging[name] = st
             pending = False
         else:
@@ -243,15 +245,13 @@ class Runtime:
         n = view.nbytes
         if n:
             pinned.array[:n] = view
-            h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
-                where=f"write `{name}`")
+            self._mem.h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
+                          where=f"write `{name}`")
         ev.record(self._stream)
 
     def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
         """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:
         the last run's symbol values, else the maxima) as a new host array."""
-        from .cuda.memory import PinnedBuffer, d2h
-
         b = self._buffer(name)
         if symbols is not None:
             values = check_symbols(self.vm, symbols, f"read `{name}`")
@@ -267,15 +267,16 @@ class Runtime:
             if pinned is None or pinned.nbytes < n:
                 if pinned is not None:
                     pinned.free()
-                pinned = PinnedBuffer(min(self.plan.buffers[name].nbytes, PINNED_READ_MAX))
+                pinned = self._mem.PinnedBuffer(min(self.plan.buffers[name].nbytes,
+                                                    PINNED_READ_MAX))
                 self._read_staging[name] = pinned
             if n:
-                d2h(pinned.addr, src, n, self._stream, where=where)
+                self._mem.d2h(pinned.addr, src, n, self._stream, where=where)
             self._stream.synchronize(where=where)
             out.reshape(-1).view(np.uint8)[:] = pinned.array[:n]
         else:
             self._stream.synchronize(where=where)
-            d2h(out.ctypes.data, src, n, self._stream, where=where)
+            self._mem.d2h(out.ctypes.data, src, n, self._stream, where=where)
             self._stream.synchronize(where=where)
         return out
 
