@@ -43,7 +43,8 @@ class Inputs:
             raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
         view = self._ids[:n]
         view[:] = ids
-        if self.vocab is not None and (view.min() < 0 or view.max() >= self.vocab):
+        # One reduction: as unsigned, a negative id is >= 2**63, so above any vocabulary.
+        if self.vocab is not None and int(view.view(np.uint64).max()) >= self.vocab:
             bad = int(view[(view < 0) | (view >= self.vocab)][0])
             raise KernRunError(f"token id {bad} is outside the model's vocabulary "
                                f"(0…{self.vocab - 1})")
