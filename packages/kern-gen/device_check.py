@@ -88,11 +88,13 @@ def verdict(r: Row, factor: float = FACTOR, floor: float = FLOOR) -> str:
     return "+".join(why)
 
 
-def table(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR) -> list[str]:
+def table(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR,
+          verdicts: list[str] | None = None) -> list[str]:
+    """The table's lines; ``verdicts`` (one per row) replaces :func:`verdict`'s judgement."""
     lines = ["prompt  prefill_p  pos   rel_err   argmax   ref_margin_if_disagree  "
              "next_token==argmax  kern_vs_fp32  hf16_vs_fp32   ratio  judged"]
-    for r in rows:
-        v = verdict(r, factor, floor)
+    for i, r in enumerate(rows):
+        v = verdict(r, factor, floor) if verdicts is None else verdicts[i]
         ratio = r.rel_k32 / r.rel_h32 if r.rel_h32 > 0 else float("inf")
         lines.append(
             f"{r.prompt:6d}  {r.prefill_p:9d}  {r.pos:4d}  {r.rel:8.4f}  "
@@ -125,6 +127,41 @@ def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR) -> li
     ]
 
 
+def kern_prefill(rt, ids: list[int], p0: int, chunk: int, tmax: int) -> None:
+    """kern `prefill` of ``ids`` at positions p0.. in chunks of up to min(chunk, tmax)."""
+    done = 0
+    while done < len(ids):
+        n = min(chunk, tmax, len(ids) - done)
+        rt.write("token_ids", np.array(ids[done:done + n], np.int64))
+        rt.write("positions", np.arange(p0 + done, p0 + done + n, dtype=np.int64))
+        rt.write("pos0", np.array([p0 + done], np.int32))
+        rt.run("prefill", {"tokens": n})
+        done += n
+
+
+def kern_decode(rt, tid: int, pos: int) -> tuple[np.ndarray, int]:
+    """kern `decode` of one token at ``pos``: (its logits as float32, next_token)."""
+    from kern_runtime import from_bf16
+
+    rt.write("token_ids", np.array([tid], np.int64))
+    rt.write("positions", np.array([pos], np.int64))
+    rt.write("pos0", np.array([pos], np.int32))
+    rt.run("decode", {"tokens": 1})
+    logits = from_bf16(rt.read("logits")).reshape(-1).astype(np.float32)
+    return logits, int(rt.read("next_token").reshape(-1)[0])
+
+
+def position_row(prompt: int, p: int, pos: int, kl: np.ndarray, nt: int, r: np.ndarray,
+                 r32: np.ndarray) -> Row:
+    """One position's row: kern's logits ``kl`` and next_token ``nt`` vs HF-bf16's logits
+    ``r`` and HF-fp32's ``r32`` (float64) at that position."""
+    ka, ra = int(np.argmax(kl)), int(np.argmax(r))
+    agree = ka == ra and nt == ka
+    return Row(prompt, p, pos, rel_err(kl, r), agree, None if agree else top_margin(r),
+               nt == ka, rel_err(kl.astype(np.float64), r32),
+               rel_err(r.astype(np.float64), r32))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--example", type=Path, default=Path("examples/smollm2-135m"))
@@ -148,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from kern_gen.export.plan import Plan
     from kern_gen.export.run import export, read_manifest
     from kern_gen.export.sources import open_source
-    from kern_runtime import Runtime, from_bf16
+    from kern_runtime import Runtime
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls
 
@@ -172,24 +209,6 @@ def main(argv: list[str] | None = None) -> int:
     print(rt.summary())
     tmax = man.symbols["tokens"].max
 
-    def kern_prefill(ids: list[int], p0: int) -> None:
-        done = 0
-        while done < len(ids):
-            n = min(args.chunk, tmax, len(ids) - done)
-            rt.write("token_ids", np.array(ids[done:done + n], np.int64))
-            rt.write("positions", np.arange(p0 + done, p0 + done + n, dtype=np.int64))
-            rt.write("pos0", np.array([p0 + done], np.int32))
-            rt.run("prefill", {"tokens": n})
-            done += n
-
-    def kern_decode(tid: int, pos: int) -> tuple[np.ndarray, int]:
-        rt.write("token_ids", np.array([tid], np.int64))
-        rt.write("positions", np.array([pos], np.int64))
-        rt.write("pos0", np.array([pos], np.int32))
-        rt.run("decode", {"tokens": 1})
-        logits = from_bf16(rt.read("logits")).reshape(-1).astype(np.float32)
-        return logits, int(rt.read("next_token").reshape(-1)[0])
-
     def greedy_ref(model, ids: list[int]) -> list[int]:
         with torch.no_grad():
             return model.generate(torch.tensor([ids], device="cuda"), max_new_tokens=args.gen,
@@ -207,22 +226,16 @@ def main(argv: list[str] | None = None) -> int:
         for p in sorted({0, 1, min(7, n - 1), n - 4 if n > 8 else n - 1}):
             if p >= n:
                 continue
-            kern_prefill(ids[:p], 0)
+            kern_prefill(rt, ids[:p], 0, args.chunk, tmax)
             for i in range(p, n):
-                kl, nt = kern_decode(ids[i], i)
-                r = rl[i]
-                ka, ra = int(np.argmax(kl)), int(np.argmax(r))
-                agree = ka == ra and nt == ka
-                rows.append(Row(pi, p, i, rel_err(kl, r), agree,
-                                None if agree else top_margin(r), nt == ka,
-                                rel_err(kl.astype(np.float64), rl32[i]),
-                                rel_err(r.astype(np.float64), rl32[i])))
+                kl, nt = kern_decode(rt, ids[i], i)
+                rows.append(position_row(pi, p, i, kl, nt, rl[i], rl32[i]))
         # greedy continuation
-        kern_prefill(ids[:n - 1], 0)
-        _, nt = kern_decode(ids[n - 1], n - 1)
+        kern_prefill(rt, ids[:n - 1], 0, args.chunk, tmax)
+        _, nt = kern_decode(rt, ids[n - 1], n - 1)
         out = [nt]
         for j in range(args.gen - 1):
-            _, nt = kern_decode(out[-1], n + j)
+            _, nt = kern_decode(rt, out[-1], n + j)
             out.append(nt)
         g = greedy_ref(ref, ids)
         g32 = greedy_ref(ref32, ids)

@@ -7,8 +7,15 @@
 # carried, and msgspec + gguf importable (wheels: set WHEELS to a folder holding them, e.g.
 # .whl; they are installed with --no-index into /tmp/site). Prints a table last; the full
 # log is $OUT/kern_gen_device.log, the numbers $OUT/device_check.json.
+#
+# `device_check.sh --model qwen3 [args]`: the Qwen3-4B-shaped example instead
+# (device_check_qwen3.py: seeded random weights built as the capture built them, exported
+# through an ~8 GB HF checkpoint under /tmp; no GGUF; < 5 minutes). Log
+# $OUT/kern_gen_device_qwen3.log, numbers $OUT/device_check_qwen3.json.
 set -uo pipefail
 : "${OUT:?set OUT to a writable folder}"
+MODEL=smollm2
+if [ "${1:-}" = "--model" ]; then MODEL="${2:?--model smollm2|qwen3}"; shift 2; fi
 WHEELS="${WHEELS:-.whl}"
 if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
   pip install --quiet --no-index --no-deps --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl 2>&1 | tail -2
@@ -16,6 +23,13 @@ if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
 fi
 export PYTHONPATH="packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-gen/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+if [ "$MODEL" = qwen3 ]; then
+  timeout 290 python3 packages/kern-gen/device_check_qwen3.py --out "$OUT" "$@" 2>&1 \
+    | tee "$OUT/kern_gen_device_qwen3.log"
+  exit "${PIPESTATUS[0]}"
+elif [ "$MODEL" != smollm2 ]; then
+  echo "unknown --model $MODEL (smollm2, qwen3)" >&2; exit 2
+fi
 GGUF=/tmp/smollm2-135m.gguf
 cat .carry/smollm2/gguf.part00 .carry/smollm2/gguf.part01 > "$GGUF" || exit 1
 sha256sum "$GGUF"
