@@ -54,6 +54,28 @@ def _number(params: Mapping[str, Any], key: str, what: str, *, integer: bool,
     return v
 
 
+def _rope_common(kind: str, params: Mapping[str, Any], config: Mapping[str, Any],
+                 shape: tuple[int, ...], what: str, allowed: set[str], ndim: int,
+                 layout: str) -> tuple[float, Mapping[str, Any]]:
+    """Checks every rope kind shares; returns ``theta`` and the config with ``rope_theta``
+    resolved (transformers 5 may keep it under ``rope_parameters``)."""
+    unknown = set(params) - allowed
+    if unknown:
+        raise ExportError(f"{what}: unknown {kind} parameter(s) {', '.join(sorted(unknown))}")
+    if config.get("rope_scaling"):
+        raise ExportError(f"{what}: the config sets rope_scaling {config['rope_scaling']!r}; "
+                          f"{kind} only computes unscaled ropes")
+    if len(shape) != ndim:
+        raise ExportError(f"{what}: {kind} makes a {ndim}-d {layout} tensor; the manifest "
+                          f"declares {list(shape)}")
+    cfg = dict(config)
+    if cfg.get("rope_theta") is None and isinstance(cfg.get("rope_parameters"), dict):
+        cfg["rope_theta"] = cfg["rope_parameters"].get("rope_theta")
+    theta = float(_number(params, "theta", what, integer=False, config=cfg,
+                          config_key="rope_theta"))
+    return theta, cfg
+
+
 @register("rope_cos_sin")
 def rope_cos_sin(params: Mapping[str, Any], config: Mapping[str, Any],
                  shape: tuple[int, ...], what: str) -> Thunk:
@@ -65,19 +87,10 @@ def rope_cos_sin(params: Mapping[str, Any], config: Mapping[str, Any],
     params: ``theta`` (config ``rope_theta``), ``head_dim`` (config ``head_dim``, else the
     shape), ``max_positions`` (the shape's first dimension). A config with ``rope_scaling``
     set is refused: scaled ropes are not implemented."""
-    unknown = set(params) - {"theta", "head_dim", "max_positions"}
-    if unknown:
-        raise ExportError(f"{what}: unknown rope_cos_sin parameter(s) "
-                          f"{', '.join(sorted(unknown))}")
-    if config.get("rope_scaling"):
-        raise ExportError(f"{what}: the config sets rope_scaling {config['rope_scaling']!r}; "
-                          f"rope_cos_sin only computes unscaled ropes")
-    if len(shape) != 2:
-        raise ExportError(f"{what}: rope_cos_sin makes a 2-d [max_positions, head_dim] tensor; "
-                          f"the manifest declares {list(shape)}")
-    theta = float(_number(params, "theta", what, integer=False, config=config,
-                          config_key="rope_theta"))
-    d = _number(params, "head_dim", what, integer=True, default=shape[1], config=config,
+    theta, cfg = _rope_common("rope_cos_sin", params, config, shape, what,
+                              {"theta", "head_dim", "max_positions"}, 2,
+                              "[max_positions, head_dim]")
+    d = _number(params, "head_dim", what, integer=True, default=shape[1], config=cfg,
                 config_key="head_dim")
     n = _number(params, "max_positions", what, integer=True, default=shape[0])
     if d % 2:
@@ -103,21 +116,8 @@ def rope_inv_freq(params: Mapping[str, Any], config: Mapping[str, Any],
 
     params: ``theta`` (config ``rope_theta`` or ``rope_parameters.rope_theta``), ``head_dim``
     (config ``head_dim``, else twice the shape)."""
-    unknown = set(params) - {"theta", "head_dim"}
-    if unknown:
-        raise ExportError(f"{what}: unknown rope_inv_freq parameter(s) "
-                          f"{', '.join(sorted(unknown))}")
-    if config.get("rope_scaling"):
-        raise ExportError(f"{what}: the config sets rope_scaling {config['rope_scaling']!r}; "
-                          f"rope_inv_freq only computes unscaled ropes")
-    if len(shape) != 1:
-        raise ExportError(f"{what}: rope_inv_freq makes a 1-d [head_dim/2] tensor; the "
-                          f"manifest declares {list(shape)}")
-    cfg = dict(config)
-    if cfg.get("rope_theta") is None and isinstance(cfg.get("rope_parameters"), dict):
-        cfg["rope_theta"] = cfg["rope_parameters"].get("rope_theta")
-    theta = float(_number(params, "theta", what, integer=False, config=cfg,
-                          config_key="rope_theta"))
+    theta, cfg = _rope_common("rope_inv_freq", params, config, shape, what,
+                              {"theta", "head_dim"}, 1, "[head_dim/2]")
     d = _number(params, "head_dim", what, integer=True, default=2 * shape[0], config=cfg,
                 config_key="head_dim")
     if d % 2 or d // 2 != shape[0]:
