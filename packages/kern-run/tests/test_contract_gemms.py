@@ -1,11 +1,11 @@
 from pathlib import Path
 
 import pytest
-from kern_manifest import from_obj, read, verify
+from kern_manifest import check, from_obj, read, verify
 
 from kern_run.contract import check_manifest
 from kern_run.errors import ContractError
-from kern_run.gemm_only import gemm_only
+from kern_run.gemm_only import decode_symbols, gemm_only
 from krun_fakes import contract_manifest
 
 COMPAT = Path(__file__).parents[3] / "tests" / "fixtures" / "compat" / "qwen3-4b.json"
@@ -58,3 +58,18 @@ def test_gemm_only_manifest_of_a_real_decode_verifies():
     ws = {n for n, b in doc["buffers"].items() if b["class"] == "weight"}
     assert ws and ws <= {n for n, b in m.buffers.items() if b.cls == "weight"}
     assert not doc.get("states")
+
+
+@pytest.mark.parametrize("example", ["smollm2-135m", "qwen3-4b"])
+def test_gemm_only_manifest_of_each_example_runs_with_the_symbols_bench_passes(example):
+    """`kern-run bench` times the GEMM-only program with `decode_symbols`: the runtime's own
+    symbol check must accept them (the examples' decode shapes are fixed, so the GEMM-only
+    manifest declares no symbol and `tokens` would be refused: the H200 run of 2026-11-30)."""
+    path = Path(__file__).resolve().parents[3] / "examples" / example / "manifest.json"
+    doc = gemm_only(read(path))
+    vm = check(from_obj(doc))
+    vm.check_symbols(decode_symbols(doc))
+    with pytest.raises(ValueError, match="unknown symbol `tokens`"):
+        vm.check_symbols({"tokens": 1})
+    per_layer = {"smollm2-135m": 30, "qwen3-4b": 36}[example]
+    assert len(doc["programs"]["gemms"]["dispatches"]) == per_layer * 7 + 1

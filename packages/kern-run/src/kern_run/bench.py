@@ -124,13 +124,13 @@ def kern_graph_ms(rt, program: str, symbols: dict[str, int], k: int = 50) -> flo
 def gemms_alone_ms(manifest: Path, kernels: Path, weights: list[Path], gpu: int) -> float:
     from kern_manifest import read
     from kern_runtime import Runtime
-    from .gemm_only import gemm_only
+    from .gemm_only import decode_symbols, gemm_only
     doc = gemm_only(read(manifest))
     with tempfile.TemporaryDirectory(prefix="kern-run-gemms-") as d:
         p = Path(d) / "gemms.json"
         p.write_text(json.dumps(doc))
         with Runtime.load(p, kernels, weights=weights, device=gpu, progress=None) as rt:
-            return kern_graph_ms(rt, "gemms", {"tokens": 1})
+            return kern_graph_ms(rt, "gemms", decode_symbols(doc))
 
 
 # -- baseline -----------------------------------------------------------------------------

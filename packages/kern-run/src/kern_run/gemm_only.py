@@ -72,3 +72,9 @@ def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict
         "programs": {name: {"dispatches": [doc["programs"][program]["dispatches"][i]
                                            for i, _ in dispatches]}},
     }
+
+
+def decode_symbols(doc: dict[str, Any]) -> dict[str, int]:
+    """The symbols of a GEMM-only manifest made from ``decode``, at one token: every symbol it
+    declares (a manifest whose decode shapes are all fixed declares none) set to 1."""
+    return {s: 1 for s in doc.get("symbols", {})}
