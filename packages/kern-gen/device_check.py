@@ -17,13 +17,18 @@
    error vs fp32 at the same position (how far bf16 arithmetic alone lands from fp32);
 4. greedy: `--gen` tokens by kern's `next_token` vs transformers' `generate` (greedy, bf16),
    and the reference margin at the first divergence (a bf16 near-tie explains one);
-5. prints a table; exits 1 if any position is bad, 0 otherwise. A position is bad if
-   - kern's relative error vs fp32 exceeds max(2 x HF-bf16's relative error vs fp32, 2 %)
-     (`--factor`, `--floor`): kern is then clearly further from the precise answer than a
-     bf16 computation of the same model is; bf16 noise alone stays within that band (the
-     2 % floor covers positions where HF-bf16 happens to land very close to fp32); or
-   - kern's argmax differs from the bf16 reference's where that reference's top-1/top-2
-     margin is large (> 0.5 logits).
+5. prints a table; exits 1 if the run fails, 0 otherwise. The run fails if
+   - kern's argmax differs from the bf16 reference's at a position where that reference's
+     top-1/top-2 margin is large (> 0.5 logits); or
+   - kern's error distribution vs fp32 is wider than HF-bf16's: kern's median, 90th
+     percentile or maximum relative error vs fp32 exceeds 1.5 x HF-bf16's (`--dist`).
+   Positions where kern's relative error vs fp32 exceeds max(2 x HF-bf16's relative error vs
+   fp32, 2 %) (`--factor`, `--floor`) are flagged `far` and counted, not judged one by one:
+   per position, the two bf16 errors are independent draws of similar size, and the first
+   H200 run (2026-11-30, SmolLM2) flagged 20 of 190 positions where HF-bf16 happened to land
+   close to fp32 while kern's median error was below HF-bf16's (0.0133 vs 0.0155) and its
+   maximum equal (0.1012 vs 0.1009). A bug shows as a wider distribution or a clear argmax
+   flip, which is what is judged.
    kern vs HF-bf16 (the `rel_err` column) is reported but not judged on its own: two bf16
    computations can differ from each other by more than either differs from fp32.
 """
@@ -45,6 +50,8 @@ FACTOR = 2.0
 FLOOR = 0.02
 #: ... or if kern's argmax differs from HF-bf16's where HF-bf16's top-1/top-2 margin exceeds it.
 MARGIN = 0.5
+#: The run fails if kern's median, p90 or max rel. error vs fp32 exceeds DIST x HF-bf16's.
+DIST = 1.5
 
 PROMPTS = [
     "The capital of France is",
@@ -79,7 +86,8 @@ def top_margin(logits: np.ndarray) -> float:
 
 
 def verdict(r: Row, factor: float = FACTOR, floor: float = FLOOR) -> str:
-    """'' if the position is fine, else why it is bad (see the module docstring)."""
+    """'' if the position is fine, else why it is flagged: `fp32` (far from fp32: counted,
+    not judged) and/or `argmax` (judged: the run fails). See the module docstring."""
     why = []
     if r.rel_k32 > max(factor * r.rel_h32, floor):
         why.append("fp32")
@@ -95,22 +103,44 @@ def table(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR,
              "next_token==argmax  kern_vs_fp32  hf16_vs_fp32   ratio  judged"]
     for i, r in enumerate(rows):
         v = verdict(r, factor, floor) if verdicts is None else verdicts[i]
+        label = ("BAD " if judged(v) else "far ") + v if v else "ok"
         ratio = r.rel_k32 / r.rel_h32 if r.rel_h32 > 0 else float("inf")
         lines.append(
             f"{r.prompt:6d}  {r.prefill_p:9d}  {r.pos:4d}  {r.rel:8.4f}  "
             f"{'ok' if r.agree else 'DIFF':>6}   "
             f"{'' if r.margin is None else f'{r.margin:.3f}':>22}  {str(r.next_ok):<18}  "
-            f"{r.rel_k32:12.4f}  {r.rel_h32:12.4f}  {ratio:6.2f}  {'BAD ' + v if v else 'ok'}")
+            f"{r.rel_k32:12.4f}  {r.rel_h32:12.4f}  {ratio:6.2f}  {label}")
     return lines
 
 
-def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR) -> list[str]:
+def judged(why: str) -> bool:
+    """A position's flags (`verdict`) that fail the run: an argmax flip, not `fp32` alone."""
+    return any(w.startswith("argmax") for w in why.split("+") if w)
+
+
+def distribution(rows: list[Row], dist: float = DIST) -> tuple[str, list[str]]:
+    """(the line comparing kern's and HF-bf16's error distributions vs fp32, the failures:
+    each of median / p90 / max where kern's exceeds ``dist`` x HF-bf16's)."""
+    k32 = np.array([r.rel_k32 for r in rows])
+    h32 = np.array([r.rel_h32 for r in rows])
+    parts, fails = [], []
+    for name, q in (("median", 50), ("p90", 90), ("max", 100)):
+        k, h = float(np.percentile(k32, q)), float(np.percentile(h32, q))
+        parts.append(f"{name} {k:.4f} vs {h:.4f} ({k / h if h > 0 else float('inf'):.2f}x)")
+        if k > dist * h:
+            fails.append(f"{name} {k:.4f} > {dist:g} x {h:.4f}")
+    line = (f"distribution vs fp32, kern vs HF-bf16: {', '.join(parts)}; judged: each <= "
+            f"{dist:g}x: {'FAILED (' + '; '.join(fails) + ')' if fails else 'ok'}")
+    return line, fails
+
+
+def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR,
+            dist: float = DIST) -> list[str]:
     rels = np.array([r.rel for r in rows])
     k32 = np.array([r.rel_k32 for r in rows])
     h32 = np.array([r.rel_h32 for r in rows])
     agree = sum(r.agree for r in rows)
     ratio = k32 / np.maximum(h32, 1e-12)
-    bad = [r for r in rows if verdict(r, factor, floor)]
     worst = int(np.argmax(k32))
     return [
         f"summary: {len(rows)} positions, rel err median {np.median(rels):.4f} max "
@@ -120,10 +150,11 @@ def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR) -> li
         f"{np.median(ratio):.2f} max {ratio.max():.2f}; kern's worst position (prompt "
         f"{rows[worst].prompt}, p {rows[worst].prefill_p}, pos {rows[worst].pos}): kern "
         f"{k32[worst]:.4f} vs HF-bf16 {h32[worst]:.4f}",
-        f"rule: bad if kern vs fp32 > max({factor:g} x HF-bf16 vs fp32, {floor:.0%}) or argmax "
-        f"differs at an HF-bf16 margin > {MARGIN}: {len(bad)} bad "
-        f"({sum('fp32' in verdict(r, factor, floor) for r in rows)} fp32, "
-        f"{sum('argmax' in verdict(r, factor, floor) for r in rows)} argmax)",
+        f"per position: {sum('fp32' in verdict(r, factor, floor) for r in rows)} far from fp32 "
+        f"(kern vs fp32 > max({factor:g} x HF-bf16 vs fp32, {floor:.0%}); counted, not judged), "
+        f"{sum('argmax' in verdict(r, factor, floor) for r in rows)} argmax differing at an "
+        f"HF-bf16 margin > {MARGIN} (judged)",
+        distribution(rows, dist)[0],
     ]
 
 
@@ -170,8 +201,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gen", type=int, default=24)
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--factor", type=float, default=FACTOR,
-                    help="bad if kern vs fp32 > max(FACTOR x HF-bf16 vs fp32, FLOOR)")
+                    help="flag a position `far` if kern vs fp32 > max(FACTOR x HF-bf16 vs fp32, FLOOR)")
     ap.add_argument("--floor", type=float, default=FLOOR)
+    ap.add_argument("--dist", type=float, default=DIST,
+                    help="fail if kern's median/p90/max vs fp32 > DIST x HF-bf16's")
     return ap.parse_args(argv)
 
 
@@ -254,17 +287,21 @@ def main(argv: list[str] | None = None) -> int:
           "fp32 (kern_vs_fp32 next to hf16_vs_fp32) per position ==")
     print("\n".join(table(rows, args.factor, args.floor)))
     print()
-    print("\n".join(summary(rows, args.factor, args.floor)))
+    print("\n".join(summary(rows, args.factor, args.floor, args.dist)))
     print("\n== greedy ==")
     for pi, n, same, tot, note, txt in greedy:
         print(f"prompt {pi} ({n} tokens): {same}/{tot} identical {note}  kern: {txt!r}")
-    bad = sum(1 for r in rows if verdict(r, args.factor, args.floor))
+    bad = sum(1 for r in rows if judged(verdict(r, args.factor, args.floor)))
+    dist_fails = distribution(rows, args.dist)[1]
     (args.out / "device_check.json").write_text(json.dumps({
         "rows": rows, "fields": list(Row._fields), "greedy": greedy, "bad": bad,
-        "rule": {"factor": args.factor, "floor": args.floor, "margin": MARGIN}}, default=str))
-    print(f"\nbad positions: {bad}; total {time.monotonic() - t_start:.1f} s")
+        "distribution_failures": dist_fails,
+        "rule": {"factor": args.factor, "floor": args.floor, "margin": MARGIN,
+                 "dist": args.dist}}, default=str))
+    print(f"\nbad positions (argmax): {bad}; distribution: "
+          f"{'FAILED' if dist_fails else 'ok'}; total {time.monotonic() - t_start:.1f} s")
     rt.close()
-    return 1 if bad else 0
+    return 1 if bad or dist_fails else 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def test_rule_is_documented(dc):
     doc = " ".join(dc.__doc__.split())
     assert "exceeds max(2 x HF-bf16's relative error vs fp32, 2 %)" in doc
     assert "(> 0.5 logits)" in doc
+    assert "exceeds 1.5 x HF-bf16's (`--dist`)" in doc
 
 
 def row(dc, rel_k32, rel_h32, agree=True, margin=None, rel=0.02):
@@ -71,11 +72,29 @@ def test_table_and_summary(dc):
     assert lines[1].split() == ["0", "0", "0", "0.0361", "ok", "True", "0.0300", "0.0250",
                                 "1.20", "ok"]
     assert lines[3].split()[4:6] == ["DIFF", "0.125"] and lines[3].endswith("ok")
-    assert lines[4].endswith("BAD fp32") and " 20.00 " in lines[4]
+    assert lines[4].endswith("far fp32") and " 20.00 " in lines[4]
     s = dc.summary(rows)
     assert s[0] == ("summary: 4 positions, rel err median 0.0450 max 0.1028; argmax "
                     "agreement 3/4")
     assert "kern median 0.0605 max 0.2000" in s[1] and "HF-bf16 median 0.0225 max 0.0700" in s[1]
     assert "(prompt 3, p 1, pos 11): kern 0.2000 vs HF-bf16 0.0100" in s[1]
-    assert s[2].endswith("1 bad (1 fp32, 0 argmax)")
-    assert "max(2 x HF-bf16 vs fp32, 2%)" in s[2]
+    assert s[2].startswith("per position: 1 far from fp32 (kern vs fp32 > max(2 x HF-bf16 vs "
+                           "fp32, 2%); counted, not judged), 0 argmax differing")
+    # p90 interpolates at rank 0.9 x 3 = 2.7: kern 0.09 + 0.7 x 0.11 = 0.1670, HF 0.025 + 0.7 x 0.045
+    assert s[3] == ("distribution vs fp32, kern vs HF-bf16: median 0.0605 vs 0.0225 (2.69x), "
+                    "p90 0.1670 vs 0.0565 (2.96x), max 0.2000 vs 0.0700 (2.86x); judged: each "
+                    "<= 1.5x: FAILED (median 0.0605 > 1.5 x 0.0225; p90 0.1670 > 1.5 x 0.0565; "
+                    "max 0.2000 > 1.5 x 0.0700)")
+
+
+def test_judged_and_distribution(dc):
+    assert not dc.judged("") and not dc.judged("fp32")
+    assert dc.judged("argmax") and dc.judged("fp32+argmax") and dc.judged("argmax/err")
+    # kern as wide as HF-bf16 (a permutation of the same errors): passes at any dist >= 1
+    errs = [0.01, 0.02, 0.03, 0.05, 0.10]
+    rows = [row(dc, k, h) for k, h in zip(errs, reversed(errs))]
+    assert dc.distribution(rows)[1] == [] and dc.distribution(rows, dist=1.0)[1] == []
+    # one outlier in kern's tail: only the max fails
+    rows = [row(dc, k, h) for k, h in zip(errs[:-1] + [0.16], errs)]
+    line, fails = dc.distribution(rows)
+    assert fails == ["max 0.1600 > 1.5 x 0.1000"] and line.endswith("FAILED (max 0.1600 > 1.5 x 0.1000)")
