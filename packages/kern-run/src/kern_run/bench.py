@@ -12,7 +12,12 @@ table and the rest still runs):
   prefill throughput of a 2048-token prompt (target ≥ 40k tokens/s);
 - baseline (unless ``--no-baseline``): transformers + ``torch.compile(mode="reduce-overhead",
   fullgraph=True)`` around a one-token decode step on a ``StaticCache``, same shapes, same GPU,
-  one host read of the argmax per token like kern's loop.
+  one host read of the argmax per token like kern's loop;
+- ``--profile``: per case, where the GPU time of one decode step goes (kernels by category,
+  busy vs gaps; :mod:`.profile`), taken after kern's own measurements while the runtime is
+  loaded (printed to stderr, summary rows in the table, ``data[case]["profile"]`` in --json).
+  Parts measured after it in the same process (the GEMMs alone, the baseline) may carry
+  leftover CUPTI overhead: compare them with a run without ``--profile``.
 
 torch and transformers are imported lazily (only here, only on the GPU machine); nothing in
 kern-run's caller path needs them."""
@@ -203,6 +208,28 @@ def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -
     return out
 
 
+def kern_profile(rep: Report, case: str, rt, gpu: int) -> Any:
+    """The decode step's :class:`.profile.Breakdown` (``tokens`` = 1), its table printed to
+    stderr; None (and a FAILED row) if profiling failed — the bench goes on."""
+    from .profile import format_lines, profile_program
+    b = _try(rep, case, "decode profile", lambda: profile_program(
+        rt, "decode", {"tokens": 1}, gpu=gpu))
+    if b is not None:
+        sys.stderr.write(format_lines(f"{case} decode profile", b.lines()))
+    return b
+
+
+def profile_rows(rep: Report, case: str, key: str, b: Any) -> None:
+    """Put breakdown ``b`` (if any) into ``rep.data[key]["profile"]`` and its summary rows
+    into ``rep``."""
+    if b is None:
+        return
+    from .profile import summary_rows
+    rep.data.setdefault(key, {})["profile"] = b.as_dict()
+    for what, kern, note in summary_rows(b):
+        rep.add(case, what, kern, note=note)
+
+
 # -- the command --------------------------------------------------------------------------
 def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
     try:
@@ -213,8 +240,9 @@ def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
 
 
 def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baseline: bool,
-              steps: int, reps: int, prefill: int, gpu: int) -> Report:
-    """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object."""
+              steps: int, reps: int, prefill: int, gpu: int, profile: bool = False) -> Report:
+    """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object.
+    ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``."""
     from kern_manifest import read
     from kern_runtime import Runtime
     from .contract import check_manifest
@@ -231,6 +259,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             d = _try(rep, "smollm2", "decode", lambda: kern_decode(
                 rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
                 capacity=limit, fixed=info.context is not None))
+            prof = kern_profile(rep, "smollm2", rt, gpu) if profile else None
         base = _try(rep, "smollm2", "baseline", lambda: baseline_decode(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
         if d:
@@ -241,6 +270,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
             rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                     note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        profile_rows(rep, "smollm2", "smollm2", prof)
     if "qwen3" in cases:
         if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
             raise KernRunError(f"bench qwen3: `{qwen3_dir}` has no manifest.json (give --qwen3 DIR)")
@@ -262,6 +292,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             n_pf = min(prefill, limit - 2) if fixed else prefill
             p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
                 rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
+            prof = kern_profile(rep, "qwen3-4b", rt, gpu) if profile else None
         g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
         base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_decode(
             hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
@@ -275,6 +306,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
             rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                     note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        profile_rows(rep, "qwen3-4b", "qwen3", prof)
         if g:
             rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
         if p:

@@ -2,7 +2,7 @@
 
     kern-run [--manifest M --kernels K --weights W --tokenizer T] [--prompt "…"] [--steps N]
              [--chunk 512] [--capacity 4096 | fixed by the manifest] [--eager] [--chat] [--gpu I]
-    kern-run bench [--case smollm2 --case qwen3] [--qwen3 DIR] [--no-baseline] …
+    kern-run bench [--case smollm2 --case qwen3] [--qwen3 DIR] [--no-baseline] [--profile] …
 
 Every error is one clear message (naming the option, file or manifest entry) and a nonzero
 exit: 2 for bad input, 1 for a failure while running (no GPU, a runtime error)."""
@@ -75,6 +75,7 @@ def bench_command(
     prefill: Annotated[int, typer.Option(help="prefill prompt length for the throughput case")] = 2048,
     gpu: Annotated[int, typer.Option(help="CUDA device index")] = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the raw numbers as JSON")] = None,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="also break one decode step's GPU time down by kernel (torch.profiler)")] = False,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     import json
@@ -106,7 +107,8 @@ def bench_command(
             smollm2 = bundled_default()
         from .bench import run_bench
         report = run_bench(cases=cases, smollm2=smollm2, qwen3_dir=qwen3, baseline=baseline,
-                           steps=steps, reps=reps, prefill=prefill, gpu=gpu)
+                           steps=steps, reps=reps, prefill=prefill, gpu=gpu,
+                           profile=profile)
     except Exception as err:
         _fail(err)
         return
