@@ -92,22 +92,33 @@ def test_qwen3_wiring_binds_the_q_k_norm_weights():
 
 def test_export_plan_covers_hf_qwen3_names():
     """Every weight buffer of the manifest comes from the HF Qwen3 checkpoint tensor of the
-    same name (q_norm/k_norm included; tied lm_head absent) or is the derived inv_freq."""
+    same name (q_norm/k_norm included; tied lm_head absent), is a merged projection
+    (``qkv_proj`` = q, k, v rows; ``gate_up_proj`` = gate, up rows: the plan's ``concat``)
+    or is the derived inv_freq; every HF tensor is used."""
     cfg = json.loads(CFG.read_text())
     hf = {"model.embed_tokens.weight", "model.norm.weight"}
+    merged = {}
     for i in range(cfg["num_hidden_layers"]):
         hf |= {f"model.layers.{i}.{n}.weight" for n in (
             "input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
             "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm",
             "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+        p = f"model.layers.{i}."
+        merged[p + "self_attn.qkv_proj.weight"] = tuple(
+            f"{p}self_attn.{x}_proj.weight" for x in "qkv")
+        merged[p + "mlp.gate_up_proj.weight"] = (p + "mlp.gate_proj.weight",
+                                                 p + "mlp.up_proj.weight")
     plan = Plan.read(OUT / "export-plan.json")
     weights = {n for n, b in json.loads((OUT / "manifest.json").read_text())["buffers"].items()
                if b["class"] == "weight"}
-    assert weights - {"model.rotary_emb.inv_freq"} == hf
+    parts = {x for ps in merged.values() for x in ps}
+    assert weights - {"model.rotary_emb.inv_freq"} == (hf - parts) | set(merged)
     for n in sorted(weights):
         r = plan.rule(n, hf, cfg)
         if n == "model.rotary_emb.inv_freq":
             assert r.kind == "derived" and r.derived == "rope_inv_freq"
+        elif n in merged:
+            assert r.kind == "concat" and r.sources == merged[n], (n, r)
         else:
             assert r.kind == "from" and r.sources == (n,), (n, r)
 

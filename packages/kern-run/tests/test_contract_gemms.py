@@ -72,4 +72,5 @@ def test_gemm_only_manifest_of_each_example_runs_with_the_symbols_bench_passes(e
     with pytest.raises(ValueError, match="unknown symbol `tokens`"):
         vm.check_symbols({"tokens": 1})
     per_layer = {"smollm2-135m": 30, "qwen3-4b": 36}[example]
-    assert len(doc["programs"]["gemms"]["dispatches"]) == per_layer * 7 + 1
+    # merged projections: qkv, o, gate_up, down per layer, and lm_head
+    assert len(doc["programs"]["gemms"]["dispatches"]) == per_layer * 4 + 1

@@ -3,8 +3,10 @@
 Contracts (docs/caller-contract.md): symbol ``tokens``; state ``kv``; inputs ``token_ids``
 (i64 [tokens]), ``positions`` (i64 [tokens]), ``pos0`` (i32 [1]); outputs ``next_token``
 (i64 [1]) and ``logits`` (bf16 [1, vocab]); programs ``prefill`` (fills ``kv`` only) and
-``decode`` (tokens = 1).  Weight buffers are named like the HF tensors (no merged
-projections); ``rope.angles`` is a derived weight (export plan ``rope_angles``).
+``decode`` (tokens = 1).  Weight buffers are named like the HF tensors, except the merged
+projections ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` (rows concatenated, export plan
+``concat``; :mod:`.merge`); ``model.rotary_emb.inv_freq`` is a derived weight (export plan
+``rope_inv_freq``).
 
 KV state: the captured cache writers bake HF StaticCache's layout ``[kv_heads, max_len,
 head_dim]`` per layer (their only scalars are token counts and head sizes; the strides are
@@ -39,8 +41,9 @@ class CubinSource:
 
 class Assembler:
     def __init__(self, facts: Facts, cfg: ModelConfig, max_len: int, own_sha: dict[str, str],
-                 label: str) -> None:
+                 label: str, merged: dict[str, list[tuple[str, int]]] | None = None) -> None:
         self.facts, self.cfg, self.max_len = facts, cfg, max_len
+        self.merged = merged or {}      # merged weight -> [(part, first row)]
         self.own_sha = own_sha
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
@@ -63,6 +66,14 @@ class Assembler:
         return {"buf": ref.buf, "offset": ref.offset} if ref.offset else {"buf": ref.buf}
 
     def _weight(self, name: str) -> None:
+        if name in self.merged:
+            parts = [self.facts.weights[p] for p, _ in self.merged[name]]
+            if len({(t.dtype, tuple(t.shape[1:])) for t in parts}) != 1 or parts[0].dtype != "bfloat16":
+                raise WiringError(f"merged weight `{name}`: its parts differ in dtype or row "
+                                  f"shape, or are not bf16")
+            self._buf(name, "bf16", [sum(t.shape[0] for t in parts), *parts[0].shape[1:]],
+                      "weight")
+            return
         t = self.facts.weights[name]
         dt = {"bfloat16": "bf16", "float32": "f32"}.get(t.dtype)
         if dt is None or (dt == "f32") != (name == INV_FREQ):

@@ -17,6 +17,7 @@ from typing import Any
 import kern_manifest
 
 from . import config as C
+from . import merge as M
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
@@ -108,11 +109,15 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)
-    programs: list[Program] = [wire(facts, cfg, "prefill", pg, max_len, qk_norm),
-                               wire(facts, cfg, "decode", dg, max_len, qk_norm)]
+    # wired as captured (every assertion runs on the captured GEMMs), then the GEMMs of
+    # merged projections (merge.py): one per merged weight in decode, weight views in prefill
+    programs: list[Program] = [
+        M.view_weights(wire(facts, cfg, "prefill", pg, max_len, qk_norm), cfg),
+        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, qk_norm), cfg)]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-    asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)")
+    asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)",
+                    merged=M.merged_weights(cfg))
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)
@@ -132,7 +137,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
             raise WiringError(f"module {src.module}: the capture's cubin does not hash to its "
                               f"name")
         cubins[file] = data
-    plan = {"version": 1, "weights": {"model.rotary_emb.inv_freq": {
+    plan = {"version": 1, "weights": {**M.plan_entries(), "model.rotary_emb.inv_freq": {
         "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()
