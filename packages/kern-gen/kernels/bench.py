@@ -189,10 +189,10 @@ def main() -> int:
     t0 = time.time()
     k = _own_kernels_gpu.Kernels(_own_kernels_gpu.cubin_dir())
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
-    for ctx in (512, 2048, 4096):
-        bench_decode(k, 32, 8, 128, ctx, (16, 32, 48, 64, 96))
-    for ctx in (512, 2048, 4096):
-        bench_decode(k, 9, 3, 64, ctx, (32, 64, 128, 192))
+    for ctx in (128, 512, 1024, 4096):
+        bench_decode(k, 32, 8, 128, ctx, (4, 8, 16, 32, 48))
+    for ctx in (128, 512, 1024, 4096):
+        bench_decode(k, 9, 3, 64, ctx, (8, 16, 32, 64, 128))
     for tokens in (512, 2048):
         bench_prefill(k, 32, 8, 128, tokens)
     for tokens in (512, 2048):
