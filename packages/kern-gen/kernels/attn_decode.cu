@@ -210,25 +210,74 @@ __device__ __forceinline__ void decode_partial(
     }
 }
 
+constexpr int kMaxSplits = 256;   // decode_reduce keeps one weight per split in shared memory
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
+// Block of D threads (D = 64 or 128: 2 or 4 whole warps). The splits' (m, l) are read once,
+// in parallel (thread s reads split s), their weights exp2(m_s - M) kept in shared memory;
+// then each thread sums its dimension over the splits with loads that do not depend on each
+// other (the old version reloaded m_s and branched on it per split, serialising the loads:
+// 5.0 us for 9 heads x 32 splits on the H200, most of the time of a one-token decode layer's
+// attention).
 template <int D>
 __device__ __forceinline__ void decode_reduce(
     const float* __restrict__ part_ml, const float* __restrict__ part_acc,
     __nv_bfloat16* __restrict__ out, int n_q_heads, int splits)
 {
+    constexpr int kWarps = D / 32;
+    __shared__ float sw[kMaxSplits];
+    __shared__ float red[kWarps];
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-    if (d >= D) return;
+    const int lane = d % 32, warp = d / 32;
     const int64_t row0 = ((int64_t)t * n_q_heads + h) * splits;
-    float M = -CUDART_INF_F;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, part_ml[(row0 + s) * 2]);
-    float a = 0.f, L = 0.f;
-    for (int s = 0; s < splits; ++s) {
+    if (splits > kMaxSplits) __trap();   // ABI.md: S <= 256
+
+    float m = -CUDART_INF_F;
+    for (int s = d; s < splits; s += D) m = fmaxf(m, part_ml[(row0 + s) * 2]);
+    m = warp_max(m);
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    float M = red[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) M = fmaxf(M, red[w]);
+    __syncthreads();                     // red is reused for the sum below
+
+    float l = 0.f;
+    for (int s = d; s < splits; s += D) {
         const float ms = part_ml[(row0 + s) * 2];
-        if (ms == -CUDART_INF_F) continue;   // empty split
-        const float w = exp2f(ms - M);
-        L = fmaf(part_ml[(row0 + s) * 2 + 1], w, L);
-        a = fmaf(part_acc[(row0 + s) * D + d], w, a);
+        const float w = (ms == -CUDART_INF_F) ? 0.f : exp2f(ms - M);   // empty split: 0
+        sw[s] = w;
+        l = fmaf(part_ml[(row0 + s) * 2 + 1], w, l);
     }
-    out[((int64_t)t * n_q_heads + h) * D + d] = __float2bfloat16(a / L);
+    l = warp_sum(l);
+    if (lane == 0) red[warp] = l;
+    __syncthreads();
+    float L = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) L += red[w];
+
+    const float* acc = part_acc + row0 * D + d;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    int s = 0;
+    for (; s + 4 <= splits; s += 4) {
+        a0 = fmaf(acc[(int64_t)(s + 0) * D], sw[s + 0], a0);
+        a1 = fmaf(acc[(int64_t)(s + 1) * D], sw[s + 1], a1);
+        a2 = fmaf(acc[(int64_t)(s + 2) * D], sw[s + 2], a2);
+        a3 = fmaf(acc[(int64_t)(s + 3) * D], sw[s + 3], a3);
+    }
+    for (; s < splits; ++s) a0 = fmaf(acc[(int64_t)s * D], sw[s], a0);
+    out[((int64_t)t * n_q_heads + h) * D + d] = __float2bfloat16(((a0 + a1) + (a2 + a3)) / L);
 }
 
 }  // namespace
