@@ -14,10 +14,9 @@ table and the rest still runs):
   fullgraph=True)`` around a one-token decode step on a ``StaticCache``, same shapes, same GPU,
   one host read of the argmax per token like kern's loop;
 - ``--profile``: per case, where the GPU time of one decode step goes (kernels by category,
-  busy vs gaps; :mod:`.profile`), taken after kern's own measurements while the runtime is
-  loaded (printed to stderr, summary rows in the table, ``data[case]["profile"]`` in --json).
-  Parts measured after it in the same process (the GEMMs alone, the baseline) may carry
-  leftover CUPTI overhead: compare them with a run without ``--profile``.
+  busy vs gaps; :mod:`.profile`), taken after every other measurement of every case (the
+  profiler leaves CUPTI overhead in the process), the runtime loaded again (printed to
+  stderr, summary rows at the end of the table, ``data[case]["profile"]`` in --json).
 
 torch and transformers are imported lazily (only here, only on the GPU machine); nothing in
 kern-run's caller path needs them."""
@@ -250,6 +249,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     from .plan import kv_capacity
 
     rep = Report()
+    later: list[tuple[str, str, Callable[[], Any]]] = []   # (case, data key, runtime loader)
     if "smollm2" in cases:
         b = smollm2
         info = check_manifest(read(b.manifest))
@@ -259,7 +259,10 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             d = _try(rep, "smollm2", "decode", lambda: kern_decode(
                 rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
                 capacity=limit, fixed=info.context is not None))
-            prof = kern_profile(rep, "smollm2", rt, gpu) if profile else None
+        if profile:
+            later.append(("smollm2", "smollm2", lambda: Runtime.load(
+                b.manifest, b.kernels, weights=b.weights, capacity=load_cap, device=gpu,
+                progress=None)))
         base = _try(rep, "smollm2", "baseline", lambda: baseline_decode(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
         if d:
@@ -270,7 +273,6 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
             rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                     note=f"host+gaps {d['host_ms']:.3f} ms/step")
-        profile_rows(rep, "smollm2", "smollm2", prof)
     if "qwen3" in cases:
         if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
             raise KernRunError(f"bench qwen3: `{qwen3_dir}` has no manifest.json (give --qwen3 DIR)")
@@ -292,7 +294,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             n_pf = min(prefill, limit - 2) if fixed else prefill
             p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
                 rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
-            prof = kern_profile(rep, "qwen3-4b", rt, gpu) if profile else None
+        if profile:
+            later.append(("qwen3-4b", "qwen3", lambda: Runtime.load(
+                manifest, kernels, weights=[w], capacity=load_cap, device=gpu, progress=None)))
         g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
         base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_decode(
             hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
@@ -306,7 +310,6 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
             rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                     note=f"host+gaps {d['host_ms']:.3f} ms/step")
-        profile_rows(rep, "qwen3-4b", "qwen3", prof)
         if g:
             rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
         if p:
@@ -316,6 +319,13 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     ("met" if p["prefill_tok_s"] >= t else "MISSED")
                     + (f" (--prefill {prefill} > the fixed context {limit})"
                        if p["tokens"] < prefill else ""))
+    # the profiles last: torch.profiler leaves CUPTI subscribed in the process, which made
+    # every later launch slower on the host (H200, 2026-11-30: a Qwen3 decode loop measured
+    # after the SmolLM2 profile paid 0.27-0.32 ms/step of host time instead of 0.07, the
+    # compiled baseline 7.5-8.6 ms instead of 6.5)
+    for case, key, load in later:
+        with load() as rt:
+            profile_rows(rep, case, key, kern_profile(rep, case, rt, gpu))
     return rep
 
 
