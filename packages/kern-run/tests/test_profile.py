@@ -181,3 +181,24 @@ def test_bench_accepts_profile(monkeypatch, tmp_path, args, want):
     r = CliRunner().invoke(app, ["bench", "--case", "qwen3", "--qwen3", str(q), *args])
     assert r.exit_code == 0, r.output
     assert seen["profile"] is want and seen["cases"] == ["qwen3"]
+
+
+def test_kern_profile_sets_the_decode_position_first(monkeypatch):
+    """The profiled step runs at PROFILE_POS whatever the inputs held before (a reload left
+    position 0, the prefill measurement ~1023: the attention's share depends on it)."""
+    import kern_run.profile as prof_mod
+
+    calls = []
+
+    class FakeRt:
+        def write(self, name, arr):
+            calls.append((name, arr.dtype.name, arr.tolist()))
+
+    def fake_profile(rt, program, symbols, gpu):
+        calls.append(("profile", program, symbols))
+        return None
+    monkeypatch.setattr(prof_mod, "profile_program", fake_profile)
+    assert bench.kern_profile(Report(), "qwen3-4b", FakeRt(), 0) is None
+    p = bench.PROFILE_POS
+    assert calls == [("token_ids", "int64", [1]), ("positions", "int64", [p]),
+                     ("pos0", "int32", [p]), ("profile", "decode", {"tokens": 1})]

@@ -207,12 +207,26 @@ def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -
     return out
 
 
+#: Position of the profiled decode step (its attention reads PROFILE_POS + 1 keys): the middle
+#: of the decode measurement's range (a 16-token prompt + 128 steps).
+PROFILE_POS = 80
+
+
 def kern_profile(rep: Report, case: str, rt, gpu: int) -> Any:
-    """The decode step's :class:`.profile.Breakdown` (``tokens`` = 1), its table printed to
-    stderr; None (and a FAILED row) if profiling failed — the bench goes on."""
+    """The decode step's :class:`.profile.Breakdown` (``tokens`` = 1) at position
+    :data:`PROFILE_POS` (set here: the inputs would otherwise hold whatever the last run left,
+    e.g. position 0 after a reload or ~1023 after the prefill measurement), its table printed
+    to stderr; None (and a FAILED row) if profiling failed — the bench goes on."""
+    import numpy as np
+
     from .profile import format_lines, profile_program
-    b = _try(rep, case, "decode profile", lambda: profile_program(
-        rt, "decode", {"tokens": 1}, gpu=gpu))
+
+    def run() -> Any:
+        rt.write("token_ids", np.array([1], np.int64))
+        rt.write("positions", np.array([PROFILE_POS], np.int64))
+        rt.write("pos0", np.array([PROFILE_POS], np.int32))
+        return profile_program(rt, "decode", {"tokens": 1}, gpu=gpu)
+    b = _try(rep, case, "decode profile", run)
     if b is not None:
         sys.stderr.write(format_lines(f"{case} decode profile", b.lines()))
     return b
