@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
     from kern_manifest import load
     from kern_runtime import Runtime
@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reference loaded ({time.monotonic() - t0:.1f} s)")
 
     def ref_greedy(ids: list[int], steps: int) -> list[int]:
-        from transformers import DynamicCache
         cache, out = DynamicCache(), []
         x = torch.tensor([ids], device="cuda")
         with torch.no_grad():

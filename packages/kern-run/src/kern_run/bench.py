@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -217,14 +218,11 @@ def kern_profile(rep: Report, case: str, rt, gpu: int) -> Any:
     :data:`PROFILE_POS` (set here: the inputs would otherwise hold whatever the last run left,
     e.g. position 0 after a reload or ~1023 after the prefill measurement), its table printed
     to stderr; None (and a FAILED row) if profiling failed — the bench goes on."""
-    import numpy as np
-
+    from .inputs import Inputs
     from .profile import format_lines, profile_program
 
     def run() -> Any:
-        rt.write("token_ids", np.array([1], np.int64))
-        rt.write("positions", np.array([PROFILE_POS], np.int64))
-        rt.write("pos0", np.array([PROFILE_POS], np.int32))
+        Inputs(1).write(rt, [1], PROFILE_POS)
         return profile_program(rt, "decode", {"tokens": 1}, gpu=gpu)
     b = _try(rep, case, "decode profile", run)
     if b is not None:
@@ -263,7 +261,8 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     from .plan import kv_capacity
 
     rep = Report()
-    later: list[tuple[str, str, Callable[[], Any]]] = []   # (case, data key, runtime loader)
+    # (case, data key, runtime loader); partial binds this case's paths and capacity now
+    later: list[tuple[str, str, Callable[[], Any]]] = []
     if "smollm2" in cases:
         b = smollm2
         info = check_manifest(read(b.manifest))
@@ -274,9 +273,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                 rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
                 capacity=limit, fixed=info.context is not None))
         if profile:
-            later.append(("smollm2", "smollm2", lambda: Runtime.load(
-                b.manifest, b.kernels, weights=b.weights, capacity=load_cap, device=gpu,
-                progress=None)))
+            later.append(("smollm2", "smollm2", partial(
+                Runtime.load, b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
+                device=gpu, progress=None)))
         base = _try(rep, "smollm2", "baseline", lambda: baseline_decode(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
         if d:
@@ -309,8 +308,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
                 rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
         if profile:
-            later.append(("qwen3-4b", "qwen3", lambda: Runtime.load(
-                manifest, kernels, weights=[w], capacity=load_cap, device=gpu, progress=None)))
+            later.append(("qwen3-4b", "qwen3", partial(
+                Runtime.load, manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
+                progress=None)))
         g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
         base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_decode(
             hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
