@@ -12,14 +12,16 @@ table and the rest still runs):
   prefill throughput of a 2048-token prompt (target ≥ 40k tokens/s);
 - baseline (unless ``--no-baseline``): transformers + ``torch.compile(mode="reduce-overhead",
   fullgraph=True)`` around a one-token decode step on a ``StaticCache``, same shapes, same GPU,
-  one host read of the argmax per token like kern's loop;
+  one host read of the argmax per token like kern's loop (:mod:`.baseline`), each in a child
+  process started after that case's kern measurements, so neither side inherits the other's
+  process state;
 - ``--profile``: per case, where the GPU time of one decode step goes (kernels by category,
   busy vs gaps; :mod:`.profile`), taken after every other measurement of every case (the
   profiler leaves CUPTI overhead in the process), the runtime loaded again (printed to
   stderr, summary rows at the end of the table, ``data[case]["profile"]`` in --json).
 
-torch and transformers are imported lazily (only here, only on the GPU machine); nothing in
-kern-run's caller path needs them."""
+torch and transformers are imported lazily (only here and in the baseline's child, only on
+the GPU machine); nothing in kern-run's caller path needs them."""
 
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .baseline import baseline_in_child, checkpoint_in_child
 from .errors import KernRunError
 
-SEED = 0
 #: Shapes of the baseline models (transformers configs), from ../shared/facts/h200.md.
 QWEN3_4B = dict(model_type="qwen3", hidden_size=2560, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128,
@@ -138,67 +140,7 @@ def gemms_alone_ms(manifest: Path, kernels: Path, weights: list[Path], gpu: int)
             return kern_graph_ms(rt, "gemms", decode_symbols(doc))
 
 
-# -- baseline -----------------------------------------------------------------------------
-def baseline_decode(model_dir: Path | None, config: dict | None, *, steps: int, reps: int,
-                    gpu: int) -> dict:
-    """transformers + torch.compile(reduce-overhead) static-cache decode, ms/token."""
-    import torch
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
-
-    dev = torch.device("cuda", gpu)
-    torch.manual_seed(SEED)
-    if model_dir is not None:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
-    else:
-        cfg = AutoConfig.for_model(**config)  # type: ignore[arg-type]
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    model = model.to(dev).eval()
-    cache = StaticCache(config=model.config, max_cache_len=1024)
-
-    def step(ids, cpos):
-        out = model(input_ids=ids, cache_position=cpos, position_ids=cpos.unsqueeze(0),
-                    past_key_values=cache, use_cache=True)
-        return out.logits[:, -1].argmax(-1)
-
-    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
-    samples = []
-    t_compile = time.perf_counter()
-    with torch.no_grad():
-        for rep in range(reps + 1):
-            cache.reset()
-            prompt = torch.arange(16, device=dev).unsqueeze(0) + 100
-            tok = step(prompt, torch.arange(16, device=dev)).view(1, 1)
-            times = []
-            for i in range(steps):
-                torch.compiler.cudagraph_mark_step_begin()
-                t0 = time.perf_counter()
-                tok = compiled(tok, torch.tensor([16 + i], device=dev)).view(1, 1).clone()
-                int(tok.item())
-                times.append(time.perf_counter() - t0)
-            if rep == 0:
-                t_compile = time.perf_counter() - t_compile
-                continue
-            samples.append(statistics.median(times[2:]))
-    return {"decode_ms": median_ms(samples), "compile_s": t_compile,
-            "transformers": transformers.__version__, "torch": torch.__version__}
-
-
 # -- Qwen3-4B-shape weights ---------------------------------------------------------------
-def random_hf_checkpoint(out: Path, config: dict, seed: int = SEED) -> Path:
-    """A seeded random transformers checkpoint of ``config`` (bf16), made once."""
-    if (out / "config.json").is_file():
-        return out
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    torch.manual_seed(seed)
-    cfg = AutoConfig.for_model(**config)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    model.save_pretrained(out)
-    return out
-
-
 def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -> Path:
     if out.is_file():
         return out
@@ -276,7 +218,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             later.append(("smollm2", "smollm2", partial(
                 Runtime.load, b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
                 device=gpu, progress=None)))
-        base = _try(rep, "smollm2", "baseline", lambda: baseline_decode(
+        base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
         if d:
             rep.data["smollm2"] = {"kern": d, "baseline": base}
@@ -292,7 +234,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
         manifest, kernels = qwen3_dir / "manifest.json", qwen3_dir / "kernels"
         plan = plan_file(qwen3_dir)
         base_dir = cache_dir() / "qwen3-4b-random"
-        hf = random_hf_checkpoint(base_dir / "hf", QWEN3_4B)
+        hf = checkpoint_in_child(base_dir / "hf", QWEN3_4B)
         w = export_weights(manifest, plan, hf, base_dir / "kern-weights.safetensors")
         info = check_manifest(read(manifest))
         limit, load_cap = kv_capacity(None, info.context)
@@ -312,7 +254,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                 Runtime.load, manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
                 progress=None)))
         g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
-        base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_decode(
+        base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_in_child(
             hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
         rep.data["qwen3"] = {"kern_decode": d, "kern_prefill": p, "gemms_ms": g, "baseline": base}
         if d:
