@@ -37,10 +37,21 @@ def contract_manifest(max_tokens: int = 8, vocab: int = 100, extra_inputs: Seque
             "programs": {"prefill": {"dispatches": disp}, "decode": {"dispatches": disp}}}
 
 
+class FakePending:
+    def __init__(self, rt: "FakeRuntime", name: str, value: int) -> None:
+        self.rt, self.name, self.value = rt, name, value
+
+    def wait(self) -> np.ndarray:
+        self.rt.events.append(("wait", self.name, self.value))
+        return np.array([self.value], dtype=np.int64)
+
+
 class FakeRuntime:
-    """Records ("write", name, array copy), ("run", program, symbols, graph), ("read", name),
-    ("capture", program, symbols), ("sync",). ``next_token`` is ``script[i]`` at the i-th
-    decode, or ``fn(position)``."""
+    """Records ("write", name, array copy), ("copy", dst, src), ("run", program, symbols,
+    graph), ("read", name), ("read_async", name), ("wait", name, value), ("capture", program,
+    symbols), ("sync",). ``next_token`` is ``script[i]`` at the i-th decode (-1 past the
+    script: a speculative step whose token nobody may use), or ``fn(position)``; each decode
+    records the ``token_ids`` it was given in ``fed``."""
 
     def __init__(self, script: Sequence[int] | None = None,
                  fn: Callable[[int], int] | None = None) -> None:
@@ -49,6 +60,7 @@ class FakeRuntime:
         self.events: list[tuple] = []
         self.decodes = 0
         self.inputs: dict[str, np.ndarray] = {}
+        self.fed: list[int] = []
         self.closed = False
 
     def write(self, name: str, array: np.ndarray) -> None:
@@ -59,8 +71,21 @@ class FakeRuntime:
         self.events.append(("run", program, dict(symbols), graph))
         if program == "decode":
             pos = int(self.inputs["pos0"][0])
-            self._next = self.fn(pos) if self.fn else self.script[self.decodes]
+            self.fed.append(int(self.inputs["token_ids"][0]))
+            i = self.decodes
+            self._next = self.fn(pos) if self.fn else (self.script[i] if i < len(self.script)
+                                                       else -1)
             self.decodes += 1
+
+    def copy(self, dst: str, src: str, symbols=None) -> None:
+        assert (dst, src, symbols) == ("token_ids", "next_token", {"tokens": 1})
+        self.events.append(("copy", dst, src))
+        self.inputs[dst] = np.array([self._next], dtype=np.int64)
+
+    def read_async(self, name: str, symbols=None) -> "FakePending":
+        self.events.append(("read_async", name))
+        assert name == "next_token"
+        return FakePending(self, name, self._next)
 
     def read(self, name: str, symbols=None) -> np.ndarray:
         self.events.append(("read", name))

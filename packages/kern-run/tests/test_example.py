@@ -158,6 +158,7 @@ def test_default_run_exports_and_prepares_the_real_example(no_gpu, gguf, monkeyp
     assert {b.buffer for b in rt.prep.weights} == weights and rt.prep.unused_tensors == 0
     assert rt.prep.plan.states["kv"].nbytes == doc["states"]["kv"]["bytes_fixed"]
     # prompt of 5: prefill 4 tokens (one graph chunk), decode at 4, 5, 6 (EOS after 2 tokens)
+    # and at 7: queued before the EOS was read back (the pipelined loop)
     assert [r[1:3] for r in rt.runs()] == [("prefill", {"tokens": 4})] + \
-        [("decode", {"tokens": 1})] * 3
+        [("decode", {"tokens": 1})] * 4
     assert set(rt.bound) == {("prefill", 4), ("decode", 1)} and all(rt.bound.values())

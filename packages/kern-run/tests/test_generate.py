@@ -22,15 +22,31 @@ def test_order_of_calls_and_inputs():
                          ("run", "decode", {"tokens": 1}, True),
                          ("run", "decode", {"tokens": 1}, True),
                          ("run", "decode", {"tokens": 1}, True)]
-    assert [a.tolist() for a in writes(rt, "token_ids")] == [[10, 11, 12, 13], [14], [15], [50], [51]]
+    # the host writes the prompt's ids; each later decode gets the previous one's next_token
+    # by a device copy
+    assert [a.tolist() for a in writes(rt, "token_ids")] == [[10, 11, 12, 13], [14], [15]]
+    assert rt.fed == [15, 50, 51]
     assert [a.tolist() for a in writes(rt, "positions")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
     assert [a.tolist() for a in writes(rt, "pos0")] == [[0], [4], [5], [6], [7]]
     assert all(a.dtype == np.int32 for a in writes(rt, "pos0"))
-    # every run is preceded by its three writes; each decode is followed by a read
     kinds = [e[0] for e in rt.events if e[0] != "capture"]
-    assert kinds[:8] == ["write"] * 3 + ["run"] + ["write"] * 3 + ["run"]
-    assert rt.events.count(("sync",)) == 1  # after the prefill chunks (for prefill timing)
+    fed = ["copy", "write", "write", "run", "read_async"]
+    assert kinds == (["write"] * 3 + ["run"]) * 2 + ["sync"] + ["write"] * 3 + ["run"] + \
+        ["read_async"] + fed + ["wait"] + fed + ["wait", "wait"]
     assert res.decode_tokens == 2 and res.produced == 3
+
+
+def test_the_next_step_is_queued_before_the_token_is_waited_for():
+    """One step deep: at the i-th wait, decode i + 1 is already queued (until the limit)."""
+    rt = FakeRuntime(fn=lambda pos: 40 + pos)
+    generate(rt, [1, 2, 3], steps=6, chunk=2, max_tokens=8)
+    runs_before_wait, runs = [], 0
+    for e in rt.events:
+        runs += e[0] == "run" and e[1] == "decode"
+        if e[0] == "wait":
+            runs_before_wait.append(runs)
+    assert runs_before_wait == [2, 3, 4, 5, 6, 6]
+    assert rt.fed == [3, 42, 43, 44, 45, 46]   # each step's input is the previous output
 
 
 def test_stops_at_eos_and_excludes_it():
@@ -38,14 +54,19 @@ def test_stops_at_eos_and_excludes_it():
     res = generate(rt, [1, 2], steps=10, chunk=4, max_tokens=8, eos={2})
     assert res.tokens == [7, 8] and res.stop == "eos" and res.eos_token == 2
     assert res.produced == 3
-    assert rt.decodes == 3  # nothing runs after EOS
+    # the step after the EOS was queued before the EOS was read (its token 9 is never used)
+    assert rt.decodes == 4 and rt.fed == [2, 7, 8, 2]
+    assert [e[2] for e in rt.events if e[0] == "wait"] == [7, 8, 2]
 
 
 def test_eos_as_first_token():
     rt = FakeRuntime(script=[2])
     res = generate(rt, [5], steps=10, chunk=4, max_tokens=8, eos={2, 3})
     assert res.tokens == [] and res.stop == "eos"
-    assert len(rt.runs()) == 1 and rt.events.count(("sync",)) == 0  # no prefill
+    assert len(rt.runs()) == 2 and rt.events.count(("sync",)) == 0  # no prefill
+    rt = FakeRuntime(script=[2])
+    res = generate(rt, [5], steps=1, chunk=4, max_tokens=8, eos={2, 3})
+    assert res.stop == "eos" and len(rt.runs()) == 1   # nothing queued past the step limit
 
 
 def test_step_limit_counts_generated_tokens():

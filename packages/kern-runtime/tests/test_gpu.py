@@ -238,3 +238,29 @@ def test_externs_against_float64(art):
             r.run("main", {"m": m}, graph=True)
             assert (r.read("c1").tobytes(), r.read("c2").tobytes()) == eager
         print(r.summary())
+
+
+def test_copy_and_read_async_feed_outputs_back_on_the_device(art):
+    """decode's pattern: an output copied into the next run's input on the device, reads
+    queued behind the runs and waited later (a third read reuses the first's slot)."""
+    with load(art) as r:
+        x = np.random.default_rng(3).standard_normal((5, 16)).astype(np.float32)
+        r.write("x", x)
+        r.run("main", {"tokens": 5})           # sval = 2x
+        pending = []
+        for _ in range(3):
+            r.copy("x", "sval")                 # x <- sval, ordered after the run
+            r.run("main", {"tokens": 5})
+            pending.append(r.read_async("sval"))
+        got = [p.wait() for p in reversed(pending)][::-1]
+        for i, g in enumerate(got):
+            np.testing.assert_array_equal(g, np.float32(2 ** (i + 2)) * x)
+        assert pending[0].wait() is got[0]     # the same array on every wait
+        with pytest.raises(CallerError, match="output buffer"):
+            r.copy("sval", "x")
+        with pytest.raises(CallerError, match=r"dtypes differ"):
+            r.copy("x", "g")
+        r.run("main", {"tokens": 5})
+        lost = r.read_async("sval")
+    with pytest.raises(CallerError, match="closed before this read was waited for"):
+        lost.wait()

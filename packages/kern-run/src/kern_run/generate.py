@@ -1,8 +1,8 @@
 """The generation loop: prefill chunks → decode of the last prompt token → one greedy decode
 per generated token, until EOS or the step limit (docs/caller-contract.md).
 
-It drives any runtime-like object (:class:`RuntimeLike`: ``write``, ``run``, ``read``,
-``synchronize``, ``capture``) so that tests can pass a fake that records calls.
+It drives any runtime-like object (:class:`RuntimeLike`: ``write``, ``copy``, ``run``,
+``read_async``, ``synchronize``, ``capture``) so that tests can pass a fake that records calls.
 
 Timing (``time.perf_counter``):
 
@@ -13,12 +13,15 @@ Timing (``time.perf_counter``):
 - ``ttft_s``: first write → first generated token read back;
 - decode: from the first token read to the last, over the tokens produced in between.
 
-While the GPU runs the next decode step, the callback handles the previous token (streaming
-text costs no decode time unless it is slower than a step)."""
+Decode is pipelined one step deep: each step's input token is copied on the device from the
+previous step's ``next_token``, so step k+1 is queued before token k is read back. The host's
+work per token (input writes, launch, read, detokenizing and streaming in the callback) thus
+overlaps the GPU's step and costs no decode time unless it is slower than a step."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -30,11 +33,19 @@ from .errors import KernRunError
 from .inputs import Inputs
 from .plan import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
+#: The decode call's symbols.
+ONE = {"tokens": 1}
+
+
+class PendingLike(Protocol):
+    def wait(self) -> np.ndarray: ...
+
 
 class RuntimeLike(Protocol):
     def write(self, name: str, array: np.ndarray) -> None: ...
+    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None) -> None: ...
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None: ...
-    def read(self, name: str, symbols: dict[str, int] | None = None) -> np.ndarray: ...
+    def read_async(self, name: str, symbols: dict[str, int] | None = None) -> PendingLike: ...
     def synchronize(self) -> None: ...
     def capture(self, program: str, symbols: dict[str, int]) -> Any: ...
 
@@ -112,9 +123,6 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
         rt.run(call.program, call.symbols, graph=call.graph)
         res.calls.append(call)
 
-    def read_token() -> int:
-        return int(rt.read(NEXT_TOKEN[0], {"tokens": 1}).reshape(-1)[0])
-
     t0 = clock()
     *prefill, last = calls
     for c in prefill:
@@ -124,28 +132,43 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
         res.prefill_s = clock() - t0
     assert last.program == DECODE
     run(last, prompt[-1:])
-    tok = read_token()
-    t_first = t_last = clock()
-    res.ttft_s = t_first - t0
-    produced = 1
-    pos = n
+    # Decode steps take their input token from the previous step's `next_token` on the device
+    # (Inputs.write_fed), so the host queues step k+1 before it waits for token k and never
+    # stands between two steps. Queued tokens never exceed `steps`; a step queued before an
+    # EOS arrives is wasted work, not a wrong token (its KV row lies past the sequence).
+    reads = deque([rt.read_async(NEXT_TOKEN[0], ONE)])
+    queued = 1                        # decode calls queued, each makes one token
+
+    def queue_fed() -> None:
+        nonlocal queued
+        call = decode_call(n + queued - 1, eager=eager)
+        inputs.write_fed(rt, call.pos0)
+        rt.run(call.program, call.symbols, graph=call.graph)
+        res.calls.append(call)
+        reads.append(rt.read_async(NEXT_TOKEN[0], ONE))
+        queued += 1
+
+    produced = 0
+    t_first = t_last = 0.0
     while True:
+        if queued < steps:
+            queue_fed()                               # the GPU works on the next step …
+        tok = int(reads.popleft().wait().reshape(-1)[0])
+        produced += 1
+        if produced == 1:
+            t_first = t_last = clock()
+            res.ttft_s = t_first - t0
+        else:
+            t_last = clock()
         if tok in eos:
             res.stop, res.eos_token = "eos", tok
             break
         res.tokens.append(tok)
+        if on_token is not None:
+            on_token(tok)                             # … while the caller streams this one
         if produced >= steps:
             res.stop = "steps"
-            if on_token is not None:
-                on_token(tok)
             break
-        run(decode_call(pos, eager=eager), [tok])   # the GPU works on the next step …
-        if on_token is not None:
-            on_token(tok)                           # … while the caller streams this one
-        pos += 1
-        tok = read_token()
-        t_last = clock()
-        produced += 1
     res.decode_s = t_last - t_first
     res.decode_tokens = produced - 1
     return res

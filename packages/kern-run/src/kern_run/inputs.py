@@ -22,6 +22,7 @@ I32_MAX = 2**31 - 1
 
 class Writer(Protocol):
     def write(self, name: str, array: np.ndarray) -> None: ...
+    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None) -> None: ...
 
 
 class Inputs:
@@ -55,6 +56,15 @@ class Inputs:
     def write(self, rt: Writer, ids: Sequence[int] | np.ndarray, pos0: int) -> None:
         for name, arr in self.fill(ids, pos0).items():
             rt.write(name, arr)
+
+    def write_fed(self, rt: Writer, pos0: int) -> None:
+        """The inputs of a one-token decode call at ``pos0`` whose token is the previous
+        decode's ``next_token``: that is copied on the device (queued after the previous
+        run), only the positions come from the host."""
+        arrays = self.fill([0], pos0)
+        rt.copy("token_ids", "next_token", {"tokens": 1})
+        for name in ("positions", "pos0"):
+            rt.write(name, arrays[name])
 
 
 def call_inputs(ids: Sequence[int], pos0: int) -> dict[str, np.ndarray]:

@@ -12,7 +12,10 @@ Contracts:
 - All work is queued on one non-blocking stream owned by the runtime; ``run`` returns
   without waiting, ``read`` waits for everything queued before it.
 - ``write`` goes through a pinned staging buffer per input and a host-to-device copy
-  *outside* any graph, ordered before the next ``run`` on the same stream.
+  *outside* any graph, ordered before the next ``run`` on the same stream; ``copy`` feeds one
+  buffer into an input on the device, ordered the same way.
+- ``read_async`` queues a read and returns at once; its ``wait()`` waits for that read only
+  (:mod:`.readback`), so later runs can stay queued while the caller waits.
 - A graph is captured once per (program, symbol values), after the cuBLASLt algorithms for
   that key were chosen, and replayed with one ``cuGraphLaunch``. ``graph=False`` launches the
   same prepared steps one by one; both compute identical bits.
@@ -38,12 +41,19 @@ from .hostdata import HOST_DTYPES, host_view
 from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, compile_program,
                          graph_key, shared_mem_max)
 from .prepare import Prepared, prepare
+from .readback import PendingRead
 from .summary import GraphInfo, WeightsInfo, render_summary
 
 #: Prepared (bound) launch lists kept for eager runs, least recently used evicted.
 EAGER_CACHE = 32
 #: Reads up to this size go through a pinned buffer; larger ones straight to pageable memory.
 PINNED_READ_MAX = 64 * 2**20
+#: Largest buffer :meth:`Runtime.read_async` takes (its slots are pinned for the runtime's life).
+ASYNC_READ_MAX = 1 * 2**20
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def _default_progress(done: int, total: int) -> None:
@@ -100,6 +110,7 @@ class Runtime:
         self._graph_info: list[GraphInfo] = []
         self._staging: dict[str, tuple[Any, Any]] = {}   # name -> (PinnedBuffer, Event)
         self._read_staging: dict[str, Any] = {}
+        self._read_rings: dict[str, Any] = {}            # name -> readback.ReadRing
         self._last_values: dict[str, int] | None = None
         self.weights_info = WeightsInfo(files=list(prep.weight_files),
                                         unused_tensors=prep.unused_tensors)
@@ -228,7 +239,7 @@ class Runtime:
         input or carry buffer ``name``, ordered before the next run."""
         b = self._buffer(name)
         if b.cls not in ("input", "carry"):
-            raise CallerError(f"buffer `{name}` is a {b.cls} buffer; only input and carry "
+            raise CallerError(f"buffer `{name}` is {_a(b.cls)} buffer; only input and carry "
                               f"buffers are written by the caller")
         view = host_view(name, b, array, self.vm.sym_max)
         st = self._staging.get(name)
@@ -279,6 +290,49 @@ class Runtime:
             self._mem.d2h(out.ctypes.data, src, n, self._stream, where=where)
             self._stream.synchronize(where=where)
         return out
+
+    def read_async(self, name: str, symbols: Mapping[str, int] | None = None) -> "PendingRead":
+        """Queue a read of buffer ``name`` (shape as for :meth:`read`) behind the work queued
+        so far and return at once; ``.wait()`` returns the array. Buffers of at most
+        :data:`ASYNC_READ_MAX` bytes."""
+        b = self._buffer(name)
+        values = (check_symbols(self.vm, symbols, f"read `{name}`") if symbols is not None
+                  else self._last_values or dict(self.vm.sym_max))
+        shape = tuple(shape_at(b.shape, values))
+        dtype = np.dtype(HOST_DTYPES[b.dtype])
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        cap = self.plan.buffers[name].nbytes
+        if cap > ASYNC_READ_MAX:
+            raise CallerError(f"read_async `{name}`: {cap} bytes is more than "
+                              f"{ASYNC_READ_MAX} (use read)")
+        ring = self._read_rings.get(name)
+        if ring is None:
+            from .readback import ReadRing
+            ring = self._read_rings[name] = ReadRing(self._mem, cap)
+        return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream,
+                          where=f"read `{name}`")
+
+    def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None) -> None:
+        """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
+        into the prefix of input or carry buffer ``dst`` of the same dtype, ordered like
+        :meth:`write` (e.g. decode's ``next_token`` into the next step's ``token_ids``)."""
+        s, d = self._buffer(src), self._buffer(dst)
+        if d.cls not in ("input", "carry"):
+            raise CallerError(f"copy into `{dst}`: it is {_a(d.cls)} buffer; only input and carry "
+                              f"buffers are written by the caller")
+        if s.dtype != d.dtype:
+            raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
+                              f"differ")
+        values = (check_symbols(self.vm, symbols, f"copy `{src}`") if symbols is not None
+                  else self._last_values or dict(self.vm.sym_max))
+        n = (int(np.prod(shape_at(s.shape, values), dtype=np.int64))
+             * HOST_DTYPES[s.dtype].itemsize)
+        room = self.plan.buffers[dst].nbytes
+        if n > room:
+            raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes do not fit its {room}")
+        if n:
+            self._mem.d2d(self.addresses.buffers[dst], self.addresses.buffers[src], n,
+                          self._stream, where=f"copy `{src}` into `{dst}`")
 
     def synchronize(self) -> None:
         """Wait for all queued work (surfaces asynchronous kernel faults here)."""
@@ -348,6 +402,9 @@ class Runtime:
         for pinned in self._read_staging.values():
             attempt(pinned.free)
         self._read_staging.clear()
+        for ring in self._read_rings.values():
+            attempt(ring.free)
+        self._read_rings.clear()
         if self._lt is not None:
             attempt(self._lt.close)
         if self._modules is not None:

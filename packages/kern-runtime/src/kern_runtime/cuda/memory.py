@@ -106,5 +106,9 @@ def h2d(dst: int, src_host: int, nbytes: int, stream: Stream, where: str | None 
     call("cuMemcpyHtoDAsync", dst, src_host, nbytes, stream.handle, where=where)
 
 
+def d2d(dst: int, src: int, nbytes: int, stream: Stream, where: str | None = None) -> None:
+    call("cuMemcpyDtoDAsync", dst, src, nbytes, stream.handle, where=where)
+
+
 def d2h(dst_host: int, src: int, nbytes: int, stream: Stream, where: str | None = None) -> None:
     call("cuMemcpyDtoHAsync", dst_host, src, nbytes, stream.handle, where=where)
