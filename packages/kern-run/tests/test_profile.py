@@ -183,22 +183,27 @@ def test_bench_accepts_profile(monkeypatch, tmp_path, args, want):
     assert seen["profile"] is want and seen["cases"] == ["qwen3"]
 
 
-def test_kern_profile_sets_the_decode_position_first(monkeypatch):
-    """The profiled step runs at PROFILE_POS whatever the inputs held before (a reload left
-    position 0, the prefill measurement ~1023: the attention's share depends on it)."""
-    import kern_run.profile as prof_mod
+def test_kern_profile_breaks_down_the_childs_records(monkeypatch, capsys):
+    """bench.kern_profile: the child's JSON records (lists) become the Breakdown; a failing
+    child is one FAILED row and None."""
+    from kern_run.errors import KernRunError
 
-    calls = []
+    got = {}
 
-    class FakeRt:
-        def write(self, name, arr):
-            calls.append((name, arr.dtype.name, arr.tolist()))
+    def fake_child(manifest, kernels, weights, capacity, gpu):
+        got["args"] = (manifest, kernels, weights, capacity, gpu)
+        return {"events": [list(r) for r in RECORDS], "steps": 2}
+    monkeypatch.setattr(bench, "profile_in_child", fake_child)
+    load = dict(manifest="m.json", kernels="k", weights=["w"], capacity=None)
+    rep = Report()
+    b = bench.kern_profile(rep, "qwen3-4b", load, 0)
+    assert got["args"] == ("m.json", "k", ["w"], None, 0)
+    assert b == breakdown(RECORDS, 2) and rep.rows == []
+    assert "bench: qwen3-4b decode profile: 2 steps" in capsys.readouterr().err
 
-    def fake_profile(rt, program, symbols, gpu):
-        calls.append(("profile", program, symbols))
-        return None
-    monkeypatch.setattr(prof_mod, "profile_program", fake_profile)
-    assert bench.kern_profile(Report(), "qwen3-4b", FakeRt(), 0) is None
-    p = bench.PROFILE_POS
-    assert calls == [("token_ids", "int64", [1]), ("positions", "int64", [p]),
-                     ("pos0", "int32", [p]), ("profile", "decode", {"tokens": 1})]
+    def failing(*a):
+        raise KernRunError("decode profile: ProfileError: no kernels")
+    monkeypatch.setattr(bench, "profile_in_child", failing)
+    rep = Report()
+    assert bench.kern_profile(rep, "qwen3-4b", load, 0) is None
+    assert [(r.what, r.kern) for r in rep.rows] == [("decode profile", "FAILED")]

@@ -12,15 +12,16 @@ table and the rest still runs):
   prefill throughput of a 2048-token prompt (target ≥ 40k tokens/s);
 - baseline (unless ``--no-baseline``): transformers + ``torch.compile(mode="reduce-overhead",
   fullgraph=True)`` around a one-token decode step on a ``StaticCache``, same shapes, same GPU,
-  one host read of the argmax per token like kern's loop (:mod:`.baseline`), each in a child
+  one host read of the argmax per token like kern's loop (:mod:`.torch_side`), each in a child
   process started after that case's kern measurements, so neither side inherits the other's
   process state;
 - ``--profile``: per case, where the GPU time of one decode step goes (kernels by category,
-  busy vs gaps; :mod:`.profile`), taken after every other measurement of every case (the
-  profiler leaves CUPTI overhead in the process), the runtime loaded again (printed to
-  stderr, summary rows at the end of the table, ``data[case]["profile"]`` in --json).
+  busy vs gaps; :mod:`.profile`), recorded in a child process that loads the runtime again
+  (the profiler leaves CUPTI overhead in its process), after every other measurement
+  (printed to stderr, summary rows at the end of the table, ``data[case]["profile"]`` in
+  --json).
 
-torch and transformers are imported lazily (only here and in the baseline's child, only on
+torch and transformers are imported only in the child processes of :mod:`.torch_side` (on
 the GPU machine); nothing in kern-run's caller path needs them."""
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .baseline import baseline_in_child, checkpoint_in_child
 from .errors import KernRunError
+from .torch_side import baseline_in_child, checkpoint_in_child, profile_in_child
 
 #: Shapes of the baseline models (transformers configs), from ../shared/facts/h200.md.
 QWEN3_4B = dict(model_type="qwen3", hidden_size=2560, num_hidden_layers=36,
@@ -150,22 +150,17 @@ def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -
     return out
 
 
-#: Position of the profiled decode step (its attention reads PROFILE_POS + 1 keys): the middle
-#: of the decode measurement's range (a 16-token prompt + 128 steps).
-PROFILE_POS = 80
-
-
-def kern_profile(rep: Report, case: str, rt, gpu: int) -> Any:
-    """The decode step's :class:`.profile.Breakdown` (``tokens`` = 1) at position
-    :data:`PROFILE_POS` (set here: the inputs would otherwise hold whatever the last run left,
-    e.g. position 0 after a reload or ~1023 after the prefill measurement), its table printed
+def kern_profile(rep: Report, case: str, load: dict, gpu: int) -> Any:
+    """The decode step's :class:`.profile.Breakdown` (``tokens`` = 1, at
+    :data:`.torch_side.PROFILE_POS`), recorded in a child process that loads the runtime
+    with ``load`` (``manifest``, ``kernels``, ``weights``, ``capacity``); its table printed
     to stderr; None (and a FAILED row) if profiling failed — the bench goes on."""
-    from .inputs import Inputs
-    from .profile import format_lines, profile_program
+    from .profile import breakdown, format_lines
 
     def run() -> Any:
-        Inputs(1).write(rt, [1], PROFILE_POS)
-        return profile_program(rt, "decode", {"tokens": 1}, gpu=gpu)
+        r = profile_in_child(load["manifest"], load["kernels"], load["weights"],
+                             load["capacity"], gpu)
+        return breakdown([tuple(e) for e in r["events"]], int(r["steps"]))
     b = _try(rep, case, "decode profile", run)
     if b is not None:
         sys.stderr.write(format_lines(f"{case} decode profile", b.lines()))
@@ -203,8 +198,8 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     from .plan import kv_capacity
 
     rep = Report()
-    # (case, data key, runtime loader); partial binds this case's paths and capacity now
-    later: list[tuple[str, str, Callable[[], Any]]] = []
+    # (case, data key, what the profile's child loads)
+    later: list[tuple[str, str, dict]] = []
     if "smollm2" in cases:
         b = smollm2
         info = check_manifest(read(b.manifest))
@@ -215,9 +210,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                 rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
                 capacity=limit, fixed=info.context is not None))
         if profile:
-            later.append(("smollm2", "smollm2", partial(
-                Runtime.load, b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
-                device=gpu, progress=None)))
+            later.append(("smollm2", "smollm2", dict(
+                manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
+                capacity=load_cap)))
         base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
         if d:
@@ -250,9 +245,8 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
                 rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
         if profile:
-            later.append(("qwen3-4b", "qwen3", partial(
-                Runtime.load, manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
-                progress=None)))
+            later.append(("qwen3-4b", "qwen3", dict(
+                manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
         g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
         base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_in_child(
             hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
@@ -275,13 +269,10 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
                     ("met" if p["prefill_tok_s"] >= t else "MISSED")
                     + (f" (--prefill {prefill} > the fixed context {limit})"
                        if p["tokens"] < prefill else ""))
-    # the profiles last: torch.profiler leaves CUPTI subscribed in the process, which made
-    # every later launch slower on the host (H200, 2026-11-30: a Qwen3 decode loop measured
-    # after the SmolLM2 profile paid 0.27-0.32 ms/step of host time instead of 0.07, the
-    # compiled baseline 7.5-8.6 ms instead of 6.5)
+    # the profiles last, each in a child process (torch.profiler leaves CUPTI subscribed in
+    # its process: every later launch there pays host time)
     for case, key, load in later:
-        with load() as rt:
-            profile_rows(rep, case, key, kern_profile(rep, case, rt, gpu))
+        profile_rows(rep, case, key, kern_profile(rep, case, load, gpu))
     return rep
 
 

@@ -2,11 +2,11 @@
 
 Two halves:
 
-- :func:`profile_program` (GPU machine only; imports torch lazily): replays
-  ``rt.run(program, symbols)`` back-to-back under ``torch.profiler`` (CUDA activity only;
-  kineto/CUPTI records every kernel of the process, including those our CUDA graphs launch
-  through cuda-bindings on the device's primary context, which torch shares) and returns the
-  :func:`breakdown` of the recorded kernels.
+- :func:`record_program` (GPU machine only; imports torch lazily; ``kern-run bench`` runs it
+  in a child process, :mod:`.torch_side`): replays ``rt.run(program, symbols)`` back-to-back
+  under ``torch.profiler`` (CUDA activity only; kineto/CUPTI records every kernel of the
+  process, including those our CUDA graphs launch through cuda-bindings on the device's
+  primary context, which torch shares) and returns the recorded kernels.
 - :func:`breakdown` (pure, no torch): per-step numbers from ``(name, start_us, dur_us)``
   kernel records.
 
@@ -31,6 +31,8 @@ _GEMM_MARKS = ("nvjet", "cublas", "gemm", "splitkreduce")
 _NOT_KERNELS = ("Memcpy", "Memset", "Event Sync", "Stream Sync", "Context Sync",
                 "Stream Wait Event")
 TOP = 10
+#: Back-to-back steps recorded per profile.
+STEPS = 20
 
 
 class ProfileError(RuntimeError):
@@ -184,11 +186,13 @@ def kernel_events(prof: Any) -> list[tuple[str, float, float]]:
                        + "; ".join(why))
 
 
-def profile_program(rt: Any, program: str, symbols: Mapping[str, int], *, gpu: int,
-                    steps: int = 20, warmup: int = 3) -> Breakdown:
+def record_program(rt: Any, program: str, symbols: Mapping[str, int], *, gpu: int,
+                   steps: int = STEPS, warmup: int = 3) -> list[tuple[str, float, float]]:
     """Replay ``rt.run(program, symbols)`` ``warmup`` times, then ``steps`` times back-to-back
-    under ``torch.profiler`` (CUDA activity), and return the :func:`breakdown` of the
-    recorded kernels. ``rt``: a loaded kern ``Runtime`` on device ``gpu``."""
+    under ``torch.profiler`` (CUDA activity), and return the recorded kernels
+    (:func:`kernel_events`; :func:`breakdown` makes the numbers). ``rt``: a loaded kern
+    ``Runtime`` on device ``gpu``. The profiler stays subscribed in the process afterwards:
+    ``kern-run bench`` calls this in a child process."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -201,7 +205,7 @@ def profile_program(rt: Any, program: str, symbols: Mapping[str, int], *, gpu: i
         for _ in range(steps):
             rt.run(program, symbols)
         rt.synchronize()     # every kernel has finished before the trace stops
-    return breakdown(kernel_events(prof), steps)
+    return kernel_events(prof)
 
 
 def summary_rows(b: Breakdown) -> list[tuple[str, str, str]]:

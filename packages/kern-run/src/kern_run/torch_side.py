@@ -1,11 +1,15 @@
-"""The bench's torch side, each part in a child process: the baseline (transformers +
-``torch.compile(mode="reduce-overhead", fullgraph=True)`` around a one-token decode step on a
-``StaticCache``) and the seeded random transformers checkpoint of the Qwen3-4B shape.
+"""Everything ``kern-run bench`` does with torch, each in a child process: the baseline
+(transformers + ``torch.compile(mode="reduce-overhead", fullgraph=True)`` around a one-token
+decode step on a ``StaticCache``), the seeded random transformers checkpoint of the Qwen3-4B
+shape, and the ``--profile`` kernel records of one kern decode step (torch.profiler).
 
 Why a child: torch leaves state in its process (a CUDA context with its allocator cache,
-Inductor's compile workers, CUDA graph pools), and kern's numbers must not depend on whether
-torch ran before them; the reverse holds too. The child is ``python -m kern_run.baseline
-SPEC_JSON`` (``{"op": "decode" | "checkpoint", ...}``); it prints
+Inductor's compile workers, CUDA graph pools, a subscribed CUPTI), and kern's numbers must not
+depend on whether torch ran before them; the reverse holds too. H200, 2026-11-30: with the
+SmolLM2 baseline earlier in the same process the Qwen3 decode step ran 7 % slower on the GPU,
+and after a torch.profiler session every launch paid ~0.25 ms of host time per step. The
+child is ``python -m kern_run.torch_side SPEC_JSON`` (``{"op": "decode" | "checkpoint" |
+"profile", ...}``); it prints
 its result as one JSON object on the last line of stdout (``{"ok": true, ...}`` or
 ``{"ok": false, "error": "..."}``); its stderr (compile warnings, progress) passes through.
 
@@ -96,7 +100,7 @@ def random_hf_checkpoint(out: Path, config: dict, seed: int = SEED) -> Path:
 
 def baseline_in_child(model_dir: Path | None, config: dict | None, *, steps: int, reps: int,
                       gpu: int, timeout_s: float = 900) -> dict:
-    """:func:`baseline_decode` in a fresh ``python -m kern_run.baseline`` process."""
+    """:func:`baseline_decode` in a fresh ``python -m kern_run.torch_side`` process."""
     s = {"op": "decode", "model_dir": None if model_dir is None else str(model_dir),
          "config": config, "steps": steps, "reps": reps, "gpu": gpu}
     return child_json(child_cmd(s), "baseline", timeout_s)
@@ -111,8 +115,32 @@ def checkpoint_in_child(out: Path, config: dict, timeout_s: float = 900) -> Path
     return out
 
 
+#: Position of the profiled decode step (its attention reads PROFILE_POS + 1 keys): the middle
+#: of the bench's decode range (a 16-token prompt + 128 steps).
+PROFILE_POS = 80
+
+
+def profile_decode(rt: Any, gpu: int, position: int = PROFILE_POS) -> list[tuple[str, float, float]]:
+    """Kernel records ``(name, start_us, dur_us)`` of :data:`.profile.STEPS` back-to-back
+    decode steps (``tokens`` = 1) of loaded runtime ``rt`` at ``position`` (written first:
+    the inputs would otherwise hold whatever ran last). In this process."""
+    from .inputs import Inputs
+    from .profile import record_program
+    Inputs(1).write(rt, [1], position)
+    return record_program(rt, "decode", {"tokens": 1}, gpu=gpu)
+
+
+def profile_in_child(manifest: Path, kernels: Path, weights: list[Path], capacity: int | None,
+                     gpu: int, timeout_s: float = 600) -> dict:
+    """:func:`profile_decode` of a runtime loaded in a fresh child process:
+    ``{"events": [[name, start_us, dur_us], ...], "steps": n}``."""
+    s = {"op": "profile", "manifest": str(manifest), "kernels": str(kernels),
+         "weights": [str(w) for w in weights], "capacity": capacity, "gpu": gpu}
+    return child_json(child_cmd(s), "decode profile", timeout_s)
+
+
 def child_cmd(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "kern_run.baseline", json.dumps(spec)]
+    return [sys.executable, "-m", "kern_run.torch_side", json.dumps(spec)]
 
 
 def run_spec(s: dict) -> dict:
@@ -123,7 +151,14 @@ def run_spec(s: dict) -> dict:
                                gpu=int(s["gpu"]))
     if s.get("op") == "checkpoint":
         return {"path": str(random_hf_checkpoint(Path(s["out"]), s["config"]))}
-    raise KernRunError(f"unknown op {s.get('op')!r} (decode, checkpoint)")
+    if s.get("op") == "profile":
+        from kern_runtime import Runtime
+        from .profile import STEPS
+        with Runtime.load(Path(s["manifest"]), Path(s["kernels"]),
+                          weights=[Path(w) for w in s["weights"]], capacity=s["capacity"],
+                          device=int(s["gpu"]), progress=None) as rt:
+            return {"events": profile_decode(rt, int(s["gpu"])), "steps": STEPS}
+    raise KernRunError(f"unknown op {s.get('op')!r} (decode, checkpoint, profile)")
 
 
 def child_json(cmd: list[str], what: str, timeout_s: float) -> dict:
@@ -151,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any]
     try:
         if len(args) != 1:
-            raise KernRunError("usage: python -m kern_run.baseline SPEC_JSON")
+            raise KernRunError("usage: python -m kern_run.torch_side SPEC_JSON")
         res = {"ok": True, **run_spec(json.loads(args[0]))}
     except Exception as err:  # reported to the parent as one line, not a traceback
         first = (str(err).splitlines() or [""])[0]

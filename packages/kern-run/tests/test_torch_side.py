@@ -1,12 +1,15 @@
-"""The bench's torch side runs in child processes (:mod:`kern_run.baseline`): the JSON
-result protocol and its errors. CPU only; no child here imports torch."""
+"""The bench's torch side runs in child processes (:mod:`kern_run.torch_side`): the JSON
+result protocol and its errors, the profile's input writes. CPU only; nothing here imports
+torch."""
 
 import json
 import sys
 
 import pytest
 
-from kern_run.baseline import checkpoint_in_child, child_cmd, child_json, main, run_spec
+from kern_run import torch_side
+from kern_run.torch_side import (PROFILE_POS, checkpoint_in_child, child_cmd, child_json, main,
+                                  profile_decode, run_spec)
 from kern_run.errors import KernRunError
 
 
@@ -43,7 +46,8 @@ def test_child_timeout():
 
 def test_real_child_reports_an_unknown_op_as_one_line():
     with pytest.raises(KernRunError, match=r"^baseline: KernRunError: unknown op 'nope' "
-                                           r"\(decode, checkpoint\)$"):
+                                           r"\(decode, checkpoint, "
+                                           r"profile\)$"):
         child_json(child_cmd({"op": "nope"}), "baseline", 120)
 
 
@@ -51,9 +55,10 @@ def test_main_prints_one_json_line_and_exit_status(capsys):
     assert main(["{\"op\": \"nope\"}"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == {"ok": False,
-                                   "error": "KernRunError: unknown op 'nope' (decode, checkpoint)"}
+                                   "error": "KernRunError: unknown op 'nope' (decode, checkpoint, "
+                                            "profile)"}
     assert main([]) == 1
-    assert "usage: python -m kern_run.baseline SPEC_JSON" in capsys.readouterr().out
+    assert "usage: python -m kern_run.torch_side SPEC_JSON" in capsys.readouterr().out
     assert main(["{not json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"].startswith("JSONDecodeError: ")
 
@@ -65,6 +70,40 @@ def test_run_spec_rejects_an_unknown_op():
 
 def test_existing_checkpoint_starts_no_child(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text("{}")
-    monkeypatch.setattr("kern_run.baseline.child_json",
+    monkeypatch.setattr("kern_run.torch_side.child_json",
                         lambda *a: pytest.fail("a child was started"))
     assert checkpoint_in_child(tmp_path, {"model_type": "qwen3"}) == tmp_path
+
+
+def test_profile_decode_sets_the_decode_position_first(monkeypatch):
+    """The profiled step runs at PROFILE_POS whatever the inputs held before (a fresh load
+    holds position 0: the attention's share depends on it)."""
+    import kern_run.profile as prof_mod
+
+    calls = []
+
+    class FakeRt:
+        def write(self, name, arr):
+            calls.append((name, arr.dtype.name, arr.tolist()))
+
+    def fake_record(rt, program, symbols, gpu):
+        calls.append(("record", program, symbols, gpu))
+        return [("k", 0.0, 1.0)]
+    monkeypatch.setattr(prof_mod, "record_program", fake_record)
+    assert profile_decode(FakeRt(), 3) == [("k", 0.0, 1.0)]
+    p = PROFILE_POS
+    assert calls == [("token_ids", "int64", [1]), ("positions", "int64", [p]),
+                     ("pos0", "int32", [p]), ("record", "decode", {"tokens": 1}, 3)]
+
+
+def test_profile_in_child_spec(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_child_json(cmd, what, timeout_s):
+        seen["spec"], seen["what"] = json.loads(cmd[-1]), what
+        return {"events": [], "steps": 20}
+    monkeypatch.setattr(torch_side, "child_json", fake_child_json)
+    torch_side.profile_in_child(tmp_path / "m.json", tmp_path / "k", [tmp_path / "w"], None, 1)
+    assert seen == {"what": "decode profile", "spec": {
+        "op": "profile", "manifest": str(tmp_path / "m.json"), "kernels": str(tmp_path / "k"),
+        "weights": [str(tmp_path / "w")], "capacity": None, "gpu": 1}}
