@@ -234,13 +234,30 @@ class Runtime:
             raise CallerError(f"unknown buffer `{name}`")
         return b
 
+    def _writable(self, name: str, subject: str):
+        """Buffer ``name`` if the caller may write it (input or carry); ``subject`` starts
+        the refusal."""
+        b = self._buffer(name)
+        if b.cls not in ("input", "carry"):
+            raise CallerError(f"{subject} is {_a(b.cls)} buffer; only input and carry "
+                              f"buffers are written by the caller")
+        return b
+
+    def _extent(self, name: str, symbols: Mapping[str, int] | None, where: str
+                ) -> tuple[tuple[int, ...], np.dtype, int]:
+        """(host shape, host dtype, bytes) of buffer ``name`` at ``symbols`` (default:
+        the last run's symbol values, else the maxima)."""
+        b = self._buffer(name)
+        values = (check_symbols(self.vm, symbols, where) if symbols is not None
+                  else self._last_values or dict(self.vm.sym_max))
+        shape = tuple(shape_at(b.shape, values))
+        dtype = HOST_DTYPES[b.dtype]
+        return shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
     def write(self, name: str, array: np.ndarray) -> None:
         """Copy ``array`` (the whole buffer or a prefix, dtype per :data:`HOST_DTYPES`) into
         input or carry buffer ``name``, ordered before the next run."""
-        b = self._buffer(name)
-        if b.cls not in ("input", "carry"):
-            raise CallerError(f"buffer `{name}` is {_a(b.cls)} buffer; only input and carry "
-                              f"buffers are written by the caller")
+        b = self._writable(name, f"buffer `{name}`")
         view = host_view(name, b, array, self.vm.sym_max)
         st = self._staging.get(name)
         if st is None:
@@ -263,16 +280,10 @@ class Runtime:
     def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
         """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:
         the last run's symbol values, else the maxima) as a new host array."""
-        b = self._buffer(name)
-        if symbols is not None:
-            values = check_symbols(self.vm, symbols, f"read `{name}`")
-        else:
-            values = self._last_values or dict(self.vm.sym_max)
-        shape = shape_at(b.shape, values)
-        out = np.empty(shape, dtype=HOST_DTYPES[b.dtype])
-        n = out.nbytes
-        src = self.addresses.buffers[name]
         where = f"read `{name}`"
+        shape, dtype, n = self._extent(name, symbols, where)
+        out = np.empty(shape, dtype=dtype)
+        src = self.addresses.buffers[name]
         if n <= PINNED_READ_MAX:
             pinned = self._read_staging.get(name)
             if pinned is None or pinned.nbytes < n:
@@ -295,12 +306,8 @@ class Runtime:
         """Queue a read of buffer ``name`` (shape as for :meth:`read`) behind the work queued
         so far and return at once; ``.wait()`` returns the array. Buffers of at most
         :data:`ASYNC_READ_MAX` bytes."""
-        b = self._buffer(name)
-        values = (check_symbols(self.vm, symbols, f"read `{name}`") if symbols is not None
-                  else self._last_values or dict(self.vm.sym_max))
-        shape = tuple(shape_at(b.shape, values))
-        dtype = np.dtype(HOST_DTYPES[b.dtype])
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        where = f"read `{name}`"
+        shape, dtype, n = self._extent(name, symbols, where)
         cap = self.plan.buffers[name].nbytes
         if cap > ASYNC_READ_MAX:
             raise CallerError(f"read_async `{name}`: {cap} bytes is more than "
@@ -309,24 +316,18 @@ class Runtime:
         if ring is None:
             from .readback import ReadRing
             ring = self._read_rings[name] = ReadRing(self._mem, cap)
-        return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream,
-                          where=f"read `{name}`")
+        return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream, where)
 
     def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None) -> None:
         """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
         into the prefix of input or carry buffer ``dst`` of the same dtype, ordered like
         :meth:`write` (e.g. decode's ``next_token`` into the next step's ``token_ids``)."""
-        s, d = self._buffer(src), self._buffer(dst)
-        if d.cls not in ("input", "carry"):
-            raise CallerError(f"copy into `{dst}`: it is {_a(d.cls)} buffer; only input and carry "
-                              f"buffers are written by the caller")
+        s = self._buffer(src)
+        d = self._writable(dst, f"copy into `{dst}`: it")
         if s.dtype != d.dtype:
             raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
                               f"differ")
-        values = (check_symbols(self.vm, symbols, f"copy `{src}`") if symbols is not None
-                  else self._last_values or dict(self.vm.sym_max))
-        n = (int(np.prod(shape_at(s.shape, values), dtype=np.int64))
-             * HOST_DTYPES[s.dtype].itemsize)
+        *_, n = self._extent(src, symbols, f"copy `{src}`")
         room = self.plan.buffers[dst].nbytes
         if n > room:
             raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes do not fit its {room}")
