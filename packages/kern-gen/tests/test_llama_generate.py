@@ -92,7 +92,7 @@ def test_example_verifies_and_pins_every_cubin(name):
             assert hashlib.sha256(data).hexdigest() == s.sha256, s.cubin
             used.add(s.cubin)
     assert used == {p.name for p in (out / "kernels").iterdir()}
-    assert set(m.programs) == {"prefill", "decode"}
+    assert set(m.programs) == {"prefill", "decode", "verify"}
     assert m.states["kv"].bytes_fixed > 0 and m.states["kv"].bytes_per_token == 0
 
 
@@ -243,3 +243,49 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
     scratch = m["kernels"]["decode.attention"]["impl"]["scratch"]
     assert scratch["part_ml"]["shape"][2] == scratch["part_acc"]["shape"][2] == splits
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name):
+    """verify = the prefill graph's dispatches (same kernels, own buffers) through the last
+    layer, then the final norm, lm_head with m = tokens and an argmax per row into
+    `predictions` [tokens]; attention is the split-KV kernel with one z-slice per row."""
+    m = json.loads((_preset(name)[2] / "manifest.json").read_text())
+    pre = m["programs"]["prefill"]["dispatches"]
+    ver = m["programs"]["verify"]["dispatches"]
+    strip = lambda d: (d["label"], d["kernel"] if "attention" not in d["kernel"] else "attn")
+    assert [strip(d) for d in ver[:len(pre)]] == [strip(d) for d in pre]
+    assert all(a.get("buf", "").startswith(("verify.", "model.", "token_ids", "positions",
+                                            "pos0", "predictions")) for d in ver for a in d["args"]
+               if "buf" in a), "verify must not touch prefill's or decode's workspaces"
+    lm, am = ver[-2], ver[-1]
+    assert lm["kernel"] == "gemm" and lm["args"][3] == {"sym": "tokens"}
+    assert lm["args"][4] == {"i32": m["buffers"]["logits"]["shape"][1]}
+    assert am["args"] == [lm["args"][2], {"buf": "predictions"}]
+    assert m["buffers"]["predictions"] == {"dtype": "i64", "shape": ["tokens"],
+                                           "class": "output"}
+    norm = ver[-3]
+    assert norm["label"] == "norm" and lm["args"][0] in norm["args"]
+    attn = m["kernels"]["verify.attention"]["impl"]
+    assert [s["grid"][2] if i == 0 else s["grid"][1] for i, s in enumerate(attn["steps"])] \
+        == [{"sym": "tokens"}, {"sym": "tokens"}]
+    assert attn["scratch"]["part_acc"]["shape"][0] == "tokens"
+    dec = m["kernels"]["decode.attention"]["impl"]
+    assert [s["symbol"] for s in attn["steps"]] == [s["symbol"] for s in dec["steps"]]
+    ag = m["kernels"][am["kernel"]]["impl"]["steps"]
+    assert ag[0]["grid"][0] == {"sym": "tokens"} and ag[1]["grid"][0] == {"sym": "tokens"}
+
+
+def test_refuses_lm_head_not_reading_the_final_norms_last_row(mined_json, tmp_path):
+    """The captured prefill lm_head reads the last row of the final norm's output; verify
+    multiplies every row of that tensor. Move A by one row: refused."""
+    def alter(m):
+        g = _prefill_group(m)
+        gemm = [s for s in g["sites"] if s["kernel"].startswith("nvjet")][-1]
+        ptr = next(p for p in gemm["pointers"] if p["param"] == 0 and p["at"] == 240)
+        ptr["offset"] -= 576 * 2
+    p = _mutate_mined(mined_json["llama"], tmp_path, alter)
+    with pytest.raises(WiringError) as ei:
+        _gen("llama", p)
+    msg = str(ei.value)
+    assert "verify" in msg and "lm_head reads A at the last of the 7 rows" in msg, msg

@@ -2,8 +2,9 @@
 
 Contracts (docs/caller-contract.md): symbol ``tokens``; state ``kv``; inputs ``token_ids``
 (i64 [tokens]), ``positions`` (i64 [tokens]), ``pos0`` (i32 [1]); outputs ``next_token``
-(i64 [1]) and ``logits`` (bf16 [1, vocab]); programs ``prefill`` (fills ``kv`` only) and
-``decode`` (tokens = 1).  Weight buffers are named like the HF tensors, except the merged
+(i64 [1]), ``logits`` (bf16 [1, vocab]) and ``predictions`` (i64 [tokens]); programs
+``prefill`` (fills ``kv`` only), ``decode`` (tokens = 1) and ``verify`` (the prefill graph's
+kernels over the whole forward, logits and greedy argmax for every row).  Weight buffers are named like the HF tensors, except the merged
 projections ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` (rows concatenated, export plan
 ``concat``; :mod:`.merge`); ``model.rotary_emb.inv_freq`` is a derived weight (export plan
 ``rope_inv_freq``).
@@ -28,6 +29,7 @@ from .facts import Facts
 from .wiring import TOK, Op, Program, Ref
 
 ARGMAX_PARTS = 64
+PROGRAMS = ("prefill", "decode", "verify")
 INV_FREQ = "model.rotary_emb.inv_freq"
 
 
@@ -205,7 +207,11 @@ class Assembler:
                 "args": [{"buf": "positions"}, self._arg(Ref(buf=INV_FREQ)),
                          self._arg(op.args["out"]), t]}
 
-    def attention(self, program: str, op: Op, decode: bool) -> dict[str, Any]:
+    def attention(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
+        """``prefill``: the own flash kernel (query tiles of 64 rows).  ``decode`` and
+        ``verify``: the own split-KV kernel, one grid z-slice per query row (row t sees keys
+        ``0 .. pos0 + t``): ``verify`` has few rows (k + 1 <= 16 by the caller contract), for
+        which a 64-row query tile would idle and a split over the keys keeps the SMs busy."""
         cfg = self.cfg
         D, H, KV = cfg.head_dim, cfg.heads, cfg.kv_heads
         if D not in (64, 128):
@@ -213,19 +219,20 @@ class Assembler:
         strides = [{"i64": D}, {"i64": self.max_len * D}, {"i64": D}, {"i64": self.max_len * D}]
         scale = {"f32": 1.0 / math.sqrt(D)}
         a = op.args
-        if decode:
+        if program != "prefill":
             S = decode_splits(KV)
+            r = "tokens" if rows == TOK else rows
             iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
             body = {"params": iface, "impl": {
-                "scratch": {"part_ml": {"dtype": "f32", "shape": [1, H, S, 2]},
-                            "part_acc": {"dtype": "f32", "shape": [1, H, S, D]}},
+                "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
+                            "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
                 "steps": [
                     self._own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
                                    params=["in buffer<bf16>", "in ptr", "in ptr",
                                            "in buffer<i32>", "out buffer<f32>", "out buffer<f32>",
                                            "i32", "i64", "i64", "i64", "i64", "i32", "i32",
                                            "f32"],
-                                   block=[128, 1, 1], grid=[KV, S, 1],
+                                   block=[128, 1, 1], grid=[KV, S, rows],
                                    args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
                                          {"scratch": "part_ml"}, {"scratch": "part_acc"},
                                          {"i32": cfg.q_width}, *strides, {"i32": H},
@@ -233,10 +240,10 @@ class Assembler:
                     self._own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
                                    params=["in buffer<f32>", "in buffer<f32>",
                                            "out buffer<bf16>", "i32", "i32"],
-                                   block=[D, 1, 1], grid=[H, 1, 1],
+                                   block=[D, 1, 1], grid=[H, rows, 1],
                                    args=[{"scratch": "part_ml"}, {"scratch": "part_acc"},
                                          {"arg": 4}, {"i32": H}, {"i32": S}])]}}
-            name = self._kernel("decode.attention", body,
+            name = self._kernel(f"{program}.attention", body,
                                 f"own split-KV decode attention (S = {S})")
             extra: list[dict[str, Any]] = []
         else:
@@ -258,25 +265,28 @@ class Assembler:
                 "args": [self._arg(a["q"]), self._arg(a["k"]), self._arg(a["v"]),
                          {"buf": "pos0"}, self._arg(a["out"]), *extra]}
 
-    def argmax(self) -> dict[str, Any]:
+    def argmax(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
+        """Greedy argmax of each of ``rows`` logit rows (grid x = row)."""
         P, V = ARGMAX_PARTS, self.cfg.vocab
+        r = "tokens" if rows == TOK else rows
         body = {"params": ["in buffer<bf16>", "out buffer<i64>"], "impl": {
-            "scratch": {"part_val": {"dtype": "f32", "shape": [1, P]},
-                        "part_idx": {"dtype": "i32", "shape": [1, P]}},
+            "scratch": {"part_val": {"dtype": "f32", "shape": [r, P]},
+                        "part_idx": {"dtype": "i32", "shape": [r, P]}},
             "steps": [
                 self._own_step("argmax.cubin", "kern_argmax_bf16_partial",
                                params=["in buffer<bf16>", "out buffer<f32>", "out buffer<i32>",
-                                       "i32"], block=[256, 1, 1], grid=[1, P, 1],
+                                       "i32"], block=[256, 1, 1], grid=[rows, P, 1],
                                args=[{"arg": 0}, {"scratch": "part_val"},
                                      {"scratch": "part_idx"}, {"i32": V}]),
                 self._own_step("argmax.cubin", "kern_argmax_bf16_reduce",
                                params=["in buffer<f32>", "in buffer<i32>", "out buffer<i64>",
-                                       "i32"], block=[32, 1, 1], grid=[1, 1, 1],
+                                       "i32"], block=[32, 1, 1], grid=[rows, 1, 1],
                                args=[{"scratch": "part_val"}, {"scratch": "part_idx"},
                                      {"arg": 1}, {"i32": P}])]}}
-        name = self._kernel("argmax", body, "own two-stage argmax")
+        name = self._kernel("argmax" if rows == 1 else f"{program}.argmax", body,
+                            "own two-stage argmax")
         return {"label": "argmax", "kernel": name,
-                "args": [{"buf": "logits"}, {"buf": "next_token"}]}
+                "args": [self._arg(op.args["logits"]), self._arg(op.args["out"])]}
 
     # --- whole manifest -------------------------------------------------------------------
     def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
@@ -286,12 +296,13 @@ class Assembler:
         self._buf("pos0", "i32", [1], "input")
         self._buf("next_token", "i64", [1], "output")
         self._buf("logits", "bf16", [1, cfg.vocab], "output")
+        if any(p.name == "verify" for p in programs):
+            self._buf("predictions", "i64", ["tokens"], "output")
         progs: dict[str, Any] = {}
         for prog in programs:
             for b in prog.bufs.values():
                 rows = prog.rows if isinstance(prog.rows, int) else "tokens"
                 self._buf(b.name, b.dtype, [rows, b.width], b.cls)
-            decode = prog.name == "decode"
             disp = []
             for op in prog.ops:
                 if op.kind == "mined":
@@ -303,13 +314,13 @@ class Assembler:
                 elif op.kind == "angles":
                     disp.append(self.rope_angles(prog.name, op, prog.rows))
                 elif op.kind == "attention":
-                    disp.append(self.attention(prog.name, op, decode))
+                    disp.append(self.attention(prog.name, op, prog.rows))
                 elif op.kind == "argmax":
-                    disp.append(self.argmax())
+                    disp.append(self.argmax(prog.name, op, prog.rows))
             progs[prog.name] = {"dispatches": disp}
             for d in disp:
-                c = self.dispatch_counts.setdefault(d["kernel"], [0, 0])
-                c[0 if prog.name == "prefill" else 1] += 1
+                c = self.dispatch_counts.setdefault(d["kernel"], [0, 0, 0])
+                c[PROGRAMS.index(prog.name)] += 1
         bufs = dict(sorted(self.buffers.items(), key=lambda kv: _buf_order(kv[0], kv[1])))
         return {
             "meta": {"version": 2, "model": self.label},
@@ -317,7 +328,7 @@ class Assembler:
             "states": {"kv": {"bytes_fixed": 2 * cfg.layers * self.kv_block}},
             "buffers": bufs,
             "kernels": self.kernels,
-            "programs": {k: progs[k] for k in ("prefill", "decode") if k in progs},
+            "programs": {k: progs[k] for k in PROGRAMS if k in progs},
         }
 
 

@@ -111,9 +111,11 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     dg, pg = choose_groups(facts)
     # wired as captured (every assertion runs on the captured GEMMs), then the GEMMs of
     # merged projections (merge.py): one per merged weight in decode, weight views in prefill
+    # and verify (verify = the prefill graph's whole forward with logits for every row)
     programs: list[Program] = [
         M.view_weights(wire(facts, cfg, "prefill", pg, max_len, qk_norm), cfg),
-        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, qk_norm), cfg)]
+        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, qk_norm), cfg),
+        M.view_weights(wire(facts, cfg, "verify", pg, max_len, qk_norm), cfg)]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
     asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)",

@@ -34,11 +34,11 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
       f"baked into the captured cache writers). **Context limit: {max_len} positions** (the "
       f"captured cache length); `tokens.max` = {tmax}.\n")
     w("## Kernels and where they come from\n")
-    w("| kernel | source | dispatches (prefill / decode) |")
+    w("| kernel | source | dispatches (prefill / decode / verify) |")
     w("|---|---|---|")
     for name, src in asm.sources.items():
-        c = asm.dispatch_counts.get(name, (0, 0))
-        w(f"| `{name}` | {src} | {c[0]} / {c[1]} |")
+        c = asm.dispatch_counts.get(name, (0, 0, 0))
+        w(f"| `{name}` | {src} | {c[0]} / {c[1]} / {c[2]} |")
     w("")
     w("Mined cubins are copied byte for byte from the capture's `modules/` (file = first 16 "
       "hex digits of the module sha256, which is also the pin). Own kernels are built from "
@@ -90,7 +90,15 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
           "followed by `splitKreduce_kernel`; asserted: each reduce directly follows its GEMM, "
           "reads the GEMM's workspace (struct bytes 688) and writes its C (328); both are "
           "replaced by the extern, and no kept kernel reads the workspace.")
-    w("- prefill stops after the last layer's V-cache write (it fills the state only).\n")
+    w("- prefill stops after the last layer's V-cache write (it fills the state only).")
+    w("- **verify** (speculative decoding's check of `tokens` = k + 1 rows `[anchor, d0 … "
+      "d(k-1)]`): the prefill graph's kernels for the whole forward (GEMMs on the same weight "
+      "views: a merged `[tokens, n]` output would give the mined readers a row stride they "
+      "were not compiled for), the own split-KV attention with one grid z-slice per row, "
+      "the final norm, `lm_head` for every row into `verify.*` logits and the own argmax per "
+      "row into `predictions` (i64 `[tokens]`). The captured prefill `lm_head` reads only the "
+      "last row of the final norm's output (transformers' `logits_to_keep=1`); asserted, then "
+      "multiplied for every row.\n")
     w("## Facts asserted before writing\n")
     w("- the model config equals the captured run's (shapes, `rms_norm_eps`, rope theta: "
       "the mined cubins bake them in); the static cache is `[1, kv_heads, max_len, head_dim]` "
@@ -112,5 +120,7 @@ def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int
           "rope kernels read q/k at the q_proj/k_proj output (offset 0) and their literals "
           "equal heads, kv_heads and head_dim; the f32 bit pattern of `rms_norm_eps` occurs "
           "in every norm-applying cubin (RMSNorms, q/k rope kernels);")
+    w("- the prefill `lm_head` GEMM reads A at the last row of the final norm's output "
+      "(`verify` multiplies every row of that tensor);")
     w("- site counts per role equal the layer count; every captured kernel has a role.")
     return "\n".join(L) + "\n"

@@ -198,8 +198,15 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
          qk_norm: bool = False) -> Program:
     """Walk the group's sites in call order and emit the program's ops (see module doc).
     ``qk_norm``: Qwen3 (per-head q/k RMSNorm fused into the q/k rope kernels, see
-    :data:`LAYOUT`)."""
+    :data:`LAYOUT`).
+
+    ``program``: ``decode`` (the one-token group), ``prefill`` or ``verify`` (both the dynamic
+    group).  ``prefill`` stops after the last V-cache write; ``verify`` keeps the whole
+    forward and computes logits for every row: the captured prefill ``lm_head`` GEMM reads
+    only the last row of the final norm's output (transformers' ``logits_to_keep=1``), which
+    is asserted, and ``verify`` multiplies the whole output instead (``m = tokens``)."""
     decode = program == "decode"
+    verify = program == "verify"
     sites = facts.sites(group)
     acts = _Acts(program, decode)
     ops: list[Op] = []
@@ -253,6 +260,8 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
     last_v = -1
     kv_bytes = cfg.kv_heads * max_len * cfg.head_dim * 2
     dyn = not decode
+    final_norm: tuple[int, Ref] | None = None     # (address, ref) of model.norm's output
+    logits: Ref | None = None                     # the lm_head GEMM's output
 
     for s in sites:
         role = role_of(s, qk_norm)
@@ -333,10 +342,14 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                     "q": q, "k": Ref(state=True, offset=2 * layer * kv_bytes),
                     "v": Ref(state=True, offset=(2 * layer + 1) * kv_bytes), "out": out}))
             a = acts.get(s.ptrs[(0, 240)], "bf16", k_in, f"{lab}.in")
+            if verify and k == len(gemm_names) - 1:
+                a = _last_row_reader(facts, s, group, final_norm, cfg.hidden, where)
             if decode and k == len(gemm_names) - 1:
                 c = Ref(buf="logits")
             else:
                 c = acts.get(s.ptrs[(0, 328)], "bf16", n_out, f"{lab}.out")
+            if k == len(gemm_names) - 1:
+                logits = c
             ops.append(Op("gemm", lab, s, args={"a": a, "w": Ref(buf=wname), "c": c,
                                                  "n": n_out, "k": k_in}))
         elif role == "norm":
@@ -359,6 +372,8 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                 d = "out" if p == acts_p[-1] else "inout"
                 ptrs[p] = (d, acts.get(a, "bf16", cfg.hidden,
                                        f"{lab}.out" if d == "out" else f"{lab}.res"))
+                if d == "out" and k == len(norm_names) - 1:
+                    final_norm = (a, ptrs[p][1])
             ops.append(Op("mined", lab, s, ptrs=ptrs))
         elif role == "qk_var":
             layer, which = k // 2, "qk"[k % 2]
@@ -439,7 +454,10 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                 flat[1][0]: ("in", acts.get(flat[1][1], "bf16", cfg.intermediate,
                                             f"L{layer}.up"))}))
         elif role == "argmax":
-            ops.append(Op("argmax", "argmax", s))
+            if logits is None:
+                F.fail(where, "argmax before the lm_head GEMM")
+            ops.append(Op("argmax", "argmax", s, args={
+                "logits": logits, "out": Ref(buf="predictions" if verify else "next_token")}))
 
     if pending_splitk is not None:
         F.fail(pending_splitk.where(program, "gemm"), "split-K GEMM without its reduce")
@@ -451,7 +469,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
         if count[r] != n:
             raise WiringError(f"{program} (group {group}): {count[r]} `{r}` sites; the model "
                               f"has {n}")
-    if not decode:
+    if program == "prefill":
         ops = ops[:last_v]          # prefill fills the KV state only
     elif not any(o.kind == "argmax" for o in ops):
         raise WiringError(f"{program} (group {group}): no argmax at the end of the forward")
@@ -475,6 +493,23 @@ def _angles(acts: _Acts, addr: int, cfg: ModelConfig, angles: Ref | None, where:
     return ref
 
 
+def _last_row_reader(facts: Facts, s: Site, group: int, final_norm: tuple[int, Ref] | None,
+                     hidden: int, where: str) -> Ref:
+    """``verify``'s lm_head input: the final norm's whole output.  Asserted: the captured
+    prefill lm_head GEMM reads A at that output's last row of the forward whose addresses the
+    site holds (``(tokens - 1) * hidden`` bf16 elements in), i.e. it is the same tensor."""
+    if final_norm is None:
+        F.fail(where, "lm_head GEMM before the final norm (`model.norm`)")
+    addr, ref = final_norm
+    tokens = facts.group(group).tokens[0]
+    if tokens is None:
+        F.fail(where, "the forward's token count is unknown")
+    F.same_address(s.ptrs.get((0, 240)), addr + (int(tokens) - 1) * hidden * 2, where,
+                   f"lm_head reads A at the last of the {tokens} rows of the final norm's "
+                   f"output")
+    return ref
+
+
 def _dataflow(program: str, ops: list[Op]) -> None:
     """Every workspace a kept op reads was written by an earlier kept op (the dropped
     captured kernels must have had no other consumers)."""
@@ -490,7 +525,7 @@ def _dataflow(program: str, ops: list[Op]) -> None:
         if o.kind == "attention":
             return [a["q"].buf], [a["out"].buf]
         if o.kind == "argmax":
-            return ["logits"], ["next_token"]
+            return [a["logits"].buf], [a["out"].buf]
         return [], [a["out"].buf]
     for o in ops:
         r, w = reads(o)
