@@ -1,9 +1,9 @@
 """The CUDA backend: :class:`kern_runtime.device.Device` over the modules of this package.
 
-Each method hands back the object the runtime used before the seam existed (a
+Each method returns the object of the module that implements the operation (a
 :class:`~.memory.Stream`, :class:`~.launch.KernelLaunch`, :class:`~.graphs.Graph`, ...), so the
-driver calls, their order and their stream semantics are those of those modules; this class
-adds no work of its own. cuBLASLt is loaded on the first :meth:`CudaDevice.gemm` only.
+driver calls, their order and their stream semantics are those modules'; this class adds no
+driver call of its own. cuBLASLt is loaded on the first :meth:`CudaDevice.gemm` only.
 """
 
 from __future__ import annotations
