@@ -13,7 +13,7 @@
 #   bench  kern-run bench, both cases (SmolLM2 and the Qwen3-4B shape: kern and transformers +
 #          torch.compile in one run, no profiler)  -> $OUT/bench.txt (table last), bench.json
 #   profile the same with --no-baseline --profile (where one decode step's time goes; each
-#          profile is recorded in a child process, see kern_run/torch_side.py)
+#          profile is recorded in a child process, see kern_run/bench/torch_side.py)
 #                                                 -> $OUT/profile.txt, profile.json
 #   check  packages/kern-gen/device_check.sh (kern vs transformers bf16 and fp32)
 #                                                 -> $OUT/kern_gen_device.log, device_check.json

@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 from kern_manifest import check, from_obj, read, verify
 
+from kern_run.bench.gemm_only import decode_symbols, gemm_only
 from kern_run.contract import check_manifest
 from kern_run.errors import ContractError
-from kern_run.gemm_only import decode_symbols, gemm_only
 from krun_fakes import contract_manifest
 
 COMPAT = Path(__file__).parents[3] / "tests" / "fixtures" / "compat" / "qwen3-4b.json"

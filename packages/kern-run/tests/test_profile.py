@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from kern_run import bench, runner
 from kern_run.bench import Report
 from kern_run.cli import app
-from kern_run.profile import (CATEGORIES, GEMM, OTHER, OWN, TRITON, ProfileError, breakdown,
-                              category, kernel_events, summary_rows)
+from kern_run.bench.profile import (CATEGORIES, GEMM, OTHER, OWN, TRITON, ProfileError,
+                                    breakdown, category, kernel_events, summary_rows)
 
 NVJET = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
 SPLITK = "cublasLt::splitKreduce_kernel"

@@ -1,4 +1,4 @@
-"""The bench's torch side runs in child processes (:mod:`kern_run.torch_side`): the JSON
+"""The bench's torch side runs in child processes (:mod:`kern_run.bench.torch_side`): the JSON
 result protocol and its errors, the profile's input writes. CPU only; nothing here imports
 torch."""
 
@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from kern_run import torch_side
-from kern_run.torch_side import (PROFILE_POS, checkpoint_in_child, child_cmd, child_json, main,
-                                  profile_decode, run_spec)
+from kern_run.bench import torch_side
+from kern_run.bench.torch_side import (PROFILE_POS, checkpoint_in_child, child_cmd, child_json,
+                                       main, profile_decode, run_spec)
 from kern_run.errors import KernRunError
 
 
@@ -58,7 +58,7 @@ def test_main_prints_one_json_line_and_exit_status(capsys):
                                    "error": "KernRunError: unknown op 'nope' (decode, checkpoint, "
                                             "profile)"}
     assert main([]) == 1
-    assert "usage: python -m kern_run.torch_side SPEC_JSON" in capsys.readouterr().out
+    assert "usage: python -m kern_run.bench SPEC_JSON" in capsys.readouterr().out
     assert main(["{not json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"].startswith("JSONDecodeError: ")
 
@@ -70,7 +70,7 @@ def test_run_spec_rejects_an_unknown_op():
 
 def test_existing_checkpoint_starts_no_child(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text("{}")
-    monkeypatch.setattr("kern_run.torch_side.child_json",
+    monkeypatch.setattr("kern_run.bench.torch_side.child_json",
                         lambda *a: pytest.fail("a child was started"))
     assert checkpoint_in_child(tmp_path, {"model_type": "qwen3"}) == tmp_path
 
@@ -78,7 +78,7 @@ def test_existing_checkpoint_starts_no_child(tmp_path, monkeypatch):
 def test_profile_decode_sets_the_decode_position_first(monkeypatch):
     """The profiled step runs at PROFILE_POS whatever the inputs held before (a fresh load
     holds position 0: the attention's share depends on it)."""
-    import kern_run.profile as prof_mod
+    import kern_run.bench.profile as prof_mod
 
     calls = []
 

@@ -13,7 +13,7 @@ from kern_runtime.artifacts import Resolution
 from kern_runtime.errors import CallerError, KernelArtifactError, ManifestProblem, WeightArtifactError
 from kern_runtime.gemm import OP_N, OP_T, pointer_alignment, row_major_tn
 from kern_runtime.hostdata import HOST_DTYPES, host_view
-from kern_runtime.plan import plan_memory
+from kern_runtime.memory_plan import plan_memory
 from kern_runtime.summary import GraphInfo, WeightsInfo, render_summary
 
 TOY = EXAMPLES / "toy" / "manifest.json"

@@ -9,7 +9,7 @@ from krt_helpers import EXAMPLES
 from kern_runtime.errors import CallerError
 from kern_runtime.launchplan import (BoundExtern, BoundKernel, bind, check_symbols,
                                      compile_program, graph_key, shared_mem_max)
-from kern_runtime.plan import REGION_ALIGN, plan_memory
+from kern_runtime.memory_plan import REGION_ALIGN, plan_memory
 
 
 def toy_obj():

@@ -22,7 +22,7 @@ from msgspec import UNSET
 
 from . import errors
 from .errors import CallerError, ManifestProblem
-from .plan import Addresses, MemoryPlan
+from .memory_plan import Addresses, MemoryPlan
 from .staging import ArgBlock, StagingError, build_arg_block
 
 #: A resolved slot: ``("v", value)`` fixed at load, or ``("e", expr)`` evaluated per run.

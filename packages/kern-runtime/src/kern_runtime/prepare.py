@@ -18,7 +18,7 @@ from kern_manifest import Manifest, ManifestError, VerifiedManifest
 
 from .artifacts import CubinFile, read_cubins
 from .errors import CallerError, ManifestProblem
-from .plan import MemoryPlan, plan_memory
+from .memory_plan import MemoryPlan, plan_memory
 from .weights import WeightBinding, bind_weights
 
 

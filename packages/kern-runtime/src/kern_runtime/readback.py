@@ -8,16 +8,16 @@ an earlier result (decode: the GPU never idles on the host's token read).
 
 Contract: each buffer has ``depth`` slots used in turn; queueing into a slot whose previous
 read was never waited materialises that read first (waits for its event, copies it out), so
-every :class:`PendingRead` stays valid for as long as it is kept. The memory backend ``mem``
-is the module :mod:`kern_runtime.cuda.memory` (tests pass a fake with the same names).
+every :class:`PendingRead` stays valid for as long as it is kept. The device is reached only
+through ``dev`` (:class:`~kern_runtime.device.Device`: pinned buffers, events, device-to-host
+copies).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from .device import Device, Stream
 from .errors import CallerError
 
 #: Slots per buffer: one read in flight while the caller holds the previous one.
@@ -56,29 +56,29 @@ class PendingRead:
 
 
 class _Slot:
-    def __init__(self, mem: Any, nbytes: int) -> None:
-        self.pinned = mem.PinnedBuffer(nbytes)
-        self.event = mem.Event(timing=False)
+    def __init__(self, dev: Device, nbytes: int) -> None:
+        self.pinned = dev.pinned(nbytes)
+        self.event = dev.event(timing=False)
         self.owner: PendingRead | None = None
 
 
 class ReadRing:
     """The pinned slots of one buffer (``nbytes`` each), used round-robin."""
 
-    def __init__(self, mem: Any, nbytes: int, depth: int = DEPTH) -> None:
-        self._mem = mem
+    def __init__(self, dev: Device, nbytes: int, depth: int = DEPTH) -> None:
+        self._dev = dev
         self.nbytes = nbytes
         self._slots: list[_Slot] = []
         try:
             for _ in range(depth):
-                self._slots.append(_Slot(mem, nbytes))
+                self._slots.append(_Slot(dev, nbytes))
         except BaseException:
             self.free()
             raise
         self._next = 0
 
     def queue(self, src: int, shape: tuple[int, ...], dtype: np.dtype, nbytes: int,
-              stream: Any, where: str) -> PendingRead:
+              stream: Stream, where: str) -> PendingRead:
         """Queue a copy of ``nbytes`` (≤ the slot size) from device address ``src`` on
         ``stream``; the result has ``shape`` and ``dtype``."""
         if nbytes > self.nbytes:
@@ -89,7 +89,7 @@ class ReadRing:
             slot.owner.wait()   # keep the earlier result: copy it out before reuse
         p = PendingRead(slot, shape, dtype, nbytes, where)
         if nbytes:
-            self._mem.d2h(slot.pinned.addr, src, nbytes, stream, where=where)
+            self._dev.d2h(slot.pinned.addr, src, nbytes, stream, where=where)
             slot.event.record(stream)
         slot.owner = p
         return p

@@ -21,6 +21,8 @@ Contracts:
   same prepared steps one by one; both compute identical bits.
 - Every refused call (unknown name, symbol out of range, wrong dtype) raises before any
   work is queued; the runtime stays usable.
+- The device is reached only through a :class:`~kern_runtime.device.Device` (``backend``:
+  CUDA by default); everything else here is the backend-independent logic.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from kern_manifest import Manifest, VerifiedManifest, shape_at
 
 from . import errors
 from .artifacts import Resolution, resolve_steps
+from .device import Backend, Device, check_backend, open_device
 from .errors import CallerError
 from .gemm import row_major_tn
 from .hostdata import HOST_DTYPES, host_view
@@ -43,6 +46,8 @@ from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, com
 from .prepare import Prepared, prepare
 from .readback import PendingRead
 from .summary import GraphInfo, WeightsInfo, render_summary
+from .upload import CHUNK_BYTES, upload
+from .weights import upload_chunks
 
 #: Prepared (bound) launch lists kept for eager runs, least recently used evicted.
 EAGER_CACHE = 32
@@ -75,31 +80,34 @@ class Runtime:
     def load(cls, manifest: "str | os.PathLike | VerifiedManifest | Manifest",
              kernels_dir: str | os.PathLike | None = None,
              weights: Sequence[str | os.PathLike] = (), capacity: int | None = None,
-             device: int = 0, progress: Callable[[int, int], None] | None = _default_progress
-             ) -> "Runtime":
+             device: int = 0, progress: Callable[[int, int], None] | None = _default_progress,
+             backend: Backend = "cuda") -> "Runtime":
         """Verify, check artifacts, allocate, resolve, upload. Raises a
         :class:`~kern_runtime.errors.KernRuntimeError` subclass naming the place; on any
-        failure everything already allocated is released."""
+        failure everything already allocated is released. ``device`` is the device index
+        (the GPU ordinal); ``backend`` is ``"cuda"`` or a callable ``ordinal -> Device``
+        (:mod:`kern_runtime.device`)."""
+        check_backend(backend)
         prep = prepare(manifest, kernels_dir, weights, capacity)
         rt = cls.__new__(cls)
-        rt._init(prep, device)
+        rt._init(prep, device, backend)
         try:
-            rt._load_gpu(progress)
+            rt._load_device(progress)
         except BaseException:
             rt.close()
             raise
         return rt
 
-    def _init(self, prep: Prepared, device: int) -> None:
+    def _init(self, prep: Prepared, device: int, backend: Backend) -> None:
         self.prepared = prep
         self.vm = prep.vm
         self.plan = prep.plan
         self._device = device
-        self._ctx = None
+        self._backend = backend
+        self._dev: Device | None = None   # opened at load, released last by close
         self._stream = None
         self._arena = None
         self._modules = None
-        self._mem: Any = None   # kern_runtime.cuda.memory, bound at load (not per write/read)
         self._lt = None
         self._closed = False
         self.resolutions: dict[tuple[str, int], Resolution] = {}
@@ -115,19 +123,13 @@ class Runtime:
         self.weights_info = WeightsInfo(files=list(prep.weight_files),
                                         unused_tensors=prep.unused_tensors)
 
-    def _load_gpu(self, progress) -> None:
-        from .cuda import memory
-        from .cuda.driver import Context
-        from .cuda.memory import DeviceArena, Stream
-        from .cuda.modules import Modules
-
-        self._mem = memory
-        self._ctx = Context(self._device)
-        self._stream = Stream()
-        self._arena = DeviceArena(self.plan.total, self.plan.align, where="arena")
+    def _load_device(self, progress) -> None:
+        dev = self._dev = open_device(self._backend, self._device)
+        self._stream = dev.stream()
+        self._arena = dev.arena(self.plan.total, self.plan.align, where="arena")
         self._arena.zero(self._stream.id)
         self.addresses = self.plan.addresses(self._arena.base)
-        self._modules = Modules(self.prepared.cubins)
+        self._modules = dev.modules(self.prepared.cubins)
         self.resolutions = resolve_steps(self.vm, self.prepared.cubins, self.prepared.search,
                                          self._modules.lookup)
         for (kname, j), r in self.resolutions.items():
@@ -138,27 +140,22 @@ class Runtime:
             smem = shared_mem_max(self.vm, kname, j)
             if smem > 48 * 1024:
                 self._modules.allow_dynamic_shared(func, smem, errors.kernel_step(kname, j, r.symbol),
-                                                   self._ctx.max_shared_optin)
+                                                   dev.max_shared_optin)
         if any(s.is_extern for k in self.vm.manifest.kernels.values() for s in k.impl.steps):
-            from .cuda.cublaslt import CublasLt
-            self._lt = CublasLt(self._stream)
+            self._lt = dev.gemm(self._stream)
         for name in self.vm.manifest.programs:
             self._templates[name] = compile_program(self.vm, name, self.plan, self.addresses)
         self._upload_weights(progress)
         self._stream.synchronize(where="load")
 
     def _upload_weights(self, progress) -> None:
-        from .cuda.upload import upload
-        from .weights import upload_chunks
-
         bindings = self.prepared.weights
         total = sum(b.entry.nbytes for b in bindings)
         self.weights_info.count = len(bindings)
         self.weights_info.nbytes = total
         if not bindings:
             return
-        from .cuda.upload import CHUNK_BYTES
-        secs = upload(upload_chunks(bindings, CHUNK_BYTES), self.addresses.buffers,
+        secs = upload(self._dev, upload_chunks(bindings, CHUNK_BYTES), self.addresses.buffers,
                       self._stream, total, CHUNK_BYTES, progress)
         self.weights_info.seconds = secs
 
@@ -178,7 +175,6 @@ class Runtime:
         if steps is not None:
             self._eager.move_to_end(key)
             return steps
-        from .cuda.launch import KernelLaunch
         out = []
         for b in bind_all(self._templates[program], values):
             if isinstance(b, BoundExtern):
@@ -186,7 +182,7 @@ class Runtime:
                 out.append(self._lt.prepare(p, b.template.where))  # type: ignore[union-attr]
             else:
                 t = b.template
-                out.append(KernelLaunch(self._funcs[(t.kernel, t.step)], b, self._stream.id))  # type: ignore[union-attr]
+                out.append(self._dev.kernel(self._funcs[(t.kernel, t.step)], b, self._stream))
         self._eager[key] = out
         while len(self._eager) > EAGER_CACHE:
             self._eager.popitem(last=False)
@@ -218,10 +214,9 @@ class Runtime:
         g = self._graphs.get(key)
         if g is not None:
             return g
-        from .cuda.graphs import capture
         steps = self._steps(program, values)  # algorithm choice happens here, before capture
         where = f"program `{program}` {dict(values)}"
-        g = capture(self._stream, steps, where)
+        g = self._dev.capture(self._stream, steps, where)
         self._graphs[key] = g
         self._graph_info.append(GraphInfo(program, dict(values), g.nodes, g.capture_s * 1000))
         return g
@@ -261,8 +256,8 @@ class Runtime:
         view = host_view(name, b, array, self.vm.sym_max)
         st = self._staging.get(name)
         if st is None:
-            st = (self._mem.PinnedBuffer(self.plan.buffers[name].nbytes),
-                  self._mem.Event(timing=False))
+            st = (self._dev.pinned(self.plan.buffers[name].nbytes),
+                  self._dev.event(timing=False))
             self._staging[name] = st
             pending = False
         else:
@@ -273,7 +268,7 @@ class Runtime:
         n = view.nbytes
         if n:
             pinned.array[:n] = view
-            self._mem.h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
+            self._dev.h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
                           where=f"write `{name}`")
         ev.record(self._stream)
 
@@ -289,16 +284,15 @@ class Runtime:
             if pinned is None or pinned.nbytes < n:
                 if pinned is not None:
                     pinned.free()
-                pinned = self._mem.PinnedBuffer(min(self.plan.buffers[name].nbytes,
-                                                    PINNED_READ_MAX))
+                pinned = self._dev.pinned(min(self.plan.buffers[name].nbytes, PINNED_READ_MAX))
                 self._read_staging[name] = pinned
             if n:
-                self._mem.d2h(pinned.addr, src, n, self._stream, where=where)
+                self._dev.d2h(pinned.addr, src, n, self._stream, where=where)
             self._stream.synchronize(where=where)
             out.reshape(-1).view(np.uint8)[:] = pinned.array[:n]
         else:
             self._stream.synchronize(where=where)
-            self._mem.d2h(out.ctypes.data, src, n, self._stream, where=where)
+            self._dev.d2h(out.ctypes.data, src, n, self._stream, where=where)
             self._stream.synchronize(where=where)
         return out
 
@@ -315,7 +309,7 @@ class Runtime:
         ring = self._read_rings.get(name)
         if ring is None:
             from .readback import ReadRing
-            ring = self._read_rings[name] = ReadRing(self._mem, cap)
+            ring = self._read_rings[name] = ReadRing(self._dev, cap)
         return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream, where)
 
     def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None) -> None:
@@ -332,7 +326,7 @@ class Runtime:
         if n > room:
             raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes do not fit its {room}")
         if n:
-            self._mem.d2d(self.addresses.buffers[dst], self.addresses.buffers[src], n,
+            self._dev.d2d(self.addresses.buffers[dst], self.addresses.buffers[src], n,
                           self._stream, where=f"copy `{src}` into `{dst}`")
 
     def synchronize(self) -> None:
@@ -350,7 +344,7 @@ class Runtime:
                 extras.append(f"  GEMM n={c[0]} m={c[1]} k={a[0]}{' acc' if acc else ''}: "
                               f"best of {n} algorithms, {us:.1f} µs")
         return render_summary(self.vm, self.plan, self.resolutions, self.weights_info,
-                              self._graph_info, self._ctx.describe() if self._ctx else "",
+                              self._graph_info, self._dev.describe() if self._dev else "",
                               extras)
 
     @property
@@ -414,8 +408,8 @@ class Runtime:
             attempt(self._arena.free)
         if self._stream is not None:
             attempt(self._stream.destroy)
-        if self._ctx is not None:
-            attempt(self._ctx.release)
+        if self._dev is not None:
+            attempt(self._dev.release)
         if first is not None:
             raise first
 

@@ -14,7 +14,7 @@ from kern_manifest import VerifiedManifest, abi_layout, format_expr
 from msgspec import UNSET
 
 from .artifacts import Resolution
-from .plan import MemoryPlan
+from .memory_plan import MemoryPlan
 
 
 def human_bytes(n: int) -> str:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import KernRunError
+from ..errors import KernRunError
 from .torch_side import baseline_in_child, checkpoint_in_child, profile_in_child
 
 #: Shapes of the baseline models (transformers configs), from ../shared/facts/h200.md.
@@ -86,7 +86,7 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
     """Median decode ms/token over ``reps`` generations of ``steps`` tokens (no EOS), after a
     warm-up; GPU ms per back-to-back decode graph; host ms per step (the difference).
     ``capacity``/``fixed``: the KV limit (a 16-token prompt + ``steps`` must fit)."""
-    from .generate import generate
+    from ..generate import generate
     prompt = [(17 * i + 5) % (vocab or 1000) for i in range(16)]
     run = lambda: generate(rt, prompt, steps=steps, chunk=max_tokens,  # noqa: E731
                            max_tokens=max_tokens, vocab=vocab, capacity=capacity,
@@ -107,7 +107,7 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
 
 def kern_prefill(rt, max_tokens: int, n: int, reps: int, vocab: int | None,
                  capacity: int | None = None, fixed: bool = False) -> dict:
-    from .generate import generate
+    from ..generate import generate
     chunk = min(n, max_tokens)
     prompt = [(31 * i + 7) % (vocab or 1000) for i in range(n + 1)]
     run = lambda: generate(rt, prompt, steps=1, chunk=chunk, max_tokens=max_tokens,  # noqa: E731
@@ -193,9 +193,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``."""
     from kern_manifest import read
     from kern_runtime import Runtime
-    from .contract import check_manifest
-    from .defaults import cache_dir, plan_file
-    from .plan import kv_capacity
+    from ..contract import check_manifest
+    from ..defaults import cache_dir, plan_file
+    from ..plan import kv_capacity
 
     rep = Report()
     # (case, data key, what the profile's child loads)
@@ -278,7 +278,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
 
 def smollm2_config(gguf: Path) -> dict:
     """The transformers config of the SmolLM2 GGUF's shape (for the baseline)."""
-    from .gguf_meta import read_metadata
+    from ..gguf_meta import read_metadata
     m = read_metadata(gguf)
     a = m.get("general.architecture", "llama")
     heads = m[f"{a}.attention.head_count"]

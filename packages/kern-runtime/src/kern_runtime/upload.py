@@ -1,7 +1,9 @@
 """Stream weights from safetensors files to the device through two pinned staging buffers.
 
 Host memory use is bounded by ``2 × chunk_bytes`` whatever the weights' size: while one
-chunk is copied to the device, the next is read from the file into the other buffer.
+chunk is copied to the device, the next is read from the file into the other buffer. The
+device is reached only through ``dev`` (:class:`~kern_runtime.device.Device`: pinned
+buffers, events, host-to-device copies on ``stream``).
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import WeightArtifactError
-from ..weights import UploadChunk
-from .memory import Event, PinnedBuffer, Stream, h2d
+from .device import Device, Stream
+from .errors import WeightArtifactError
+from .weights import UploadChunk
 
 CHUNK_BYTES = 64 * 2**20
 
@@ -19,13 +21,13 @@ CHUNK_BYTES = 64 * 2**20
 Progress = Callable[[int, int], None]
 
 
-def upload(chunks: Iterable[UploadChunk], dst: Mapping[str, int], stream: Stream,
+def upload(dev: Device, chunks: Iterable[UploadChunk], dst: Mapping[str, int], stream: Stream,
            total: int, chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> float:
     """Copy every chunk to ``dst[buffer] + dst_offset``; returns the seconds it took."""
     t0 = time.perf_counter()
     size = max(1, min(chunk_bytes, total))
-    bufs = [PinnedBuffer(size), PinnedBuffer(size)]
-    events = [Event(timing=False), Event(timing=False)]
+    bufs = [dev.pinned(size), dev.pinned(size)]
+    events = [dev.event(timing=False), dev.event(timing=False)]
     used = [False, False]
     files: dict[str, object] = {}
     done = 0
@@ -49,8 +51,8 @@ def upload(chunks: Iterable[UploadChunk], dst: Mapping[str, int], stream: Stream
                     raise WeightArtifactError(f"file ended early at byte {ch.file_offset + got}",
                                               where=f"weight `{ch.buffer}` in `{ch.file}`")
                 got += n
-            h2d(dst[ch.buffer] + ch.dst_offset, bufs[slot].addr, ch.nbytes, stream,
-                where=f"weight `{ch.buffer}` upload")
+            dev.h2d(dst[ch.buffer] + ch.dst_offset, bufs[slot].addr, ch.nbytes, stream,
+                    where=f"weight `{ch.buffer}` upload")
             events[slot].record(stream)
             used[slot] = True
             done += ch.nbytes

@@ -8,8 +8,8 @@ Inductor's compile workers, CUDA graph pools, a subscribed CUPTI), and kern's nu
 depend on whether torch ran before them; the reverse holds too. H200, 2026-11-30: with the
 SmolLM2 baseline earlier in the same process the Qwen3 decode step ran 7 % slower on the GPU,
 and after a torch.profiler session every launch paid ~0.25 ms of host time per step. The
-child is ``python -m kern_run.torch_side SPEC_JSON`` (``{"op": "decode" | "checkpoint" |
-"profile", ...}``); it prints
+child is ``python -m kern_run.bench SPEC_JSON`` (:mod:`.__main__` calls :func:`main`;
+``{"op": "decode" | "checkpoint" | "profile", ...}``); it prints
 its result as one JSON object on the last line of stdout (``{"ok": true, ...}`` or
 ``{"ok": false, "error": "..."}``); its stderr (compile warnings, progress) passes through.
 
@@ -18,7 +18,6 @@ torch and transformers are imported only in the child."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import KernRunError
+from ..errors import KernRunError
 
 SEED = 0
 #: Tokens of the StaticCache (the examples' fixed context).
@@ -101,7 +100,7 @@ def random_hf_checkpoint(out: Path, config: dict, seed: int = SEED) -> Path:
 
 def baseline_in_child(model_dir: Path | None, config: dict | None, *, steps: int, reps: int,
                       gpu: int, timeout_s: float = 900) -> dict:
-    """:func:`baseline_decode` in a fresh ``python -m kern_run.torch_side`` process."""
+    """:func:`baseline_decode` in a fresh ``python -m kern_run.bench`` process."""
     s = {"op": "decode", "model_dir": None if model_dir is None else str(model_dir),
          "config": config, "steps": steps, "reps": reps, "gpu": gpu}
     return child_json(child_cmd(s), "baseline", timeout_s)
@@ -125,7 +124,7 @@ def profile_decode(rt: Any, gpu: int, position: int = PROFILE_POS) -> list[tuple
     """Kernel records ``(name, start_us, dur_us)`` of :data:`.profile.STEPS` back-to-back
     decode steps (``tokens`` = 1) of loaded runtime ``rt`` at ``position`` (written first:
     the inputs would otherwise hold whatever ran last). In this process."""
-    from .inputs import Inputs
+    from ..inputs import Inputs
     from .profile import record_program
     Inputs(1).write(rt, [1], position)
     return record_program(rt, "decode", {"tokens": 1}, gpu=gpu)
@@ -141,7 +140,7 @@ def profile_in_child(manifest: Path, kernels: Path, weights: list[Path], capacit
 
 
 def child_cmd(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "kern_run.torch_side", json.dumps(spec)]
+    return [sys.executable, "-m", "kern_run.bench", json.dumps(spec)]
 
 
 def run_spec(s: dict) -> dict:
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any]
     try:
         if len(args) != 1:
-            raise KernRunError("usage: python -m kern_run.torch_side SPEC_JSON")
+            raise KernRunError("usage: python -m kern_run.bench SPEC_JSON")
         res = {"ok": True, **run_spec(json.loads(args[0]))}
     except Exception as err:  # reported to the parent as one line, not a traceback
         first = (str(err).splitlines() or [""])[0]
@@ -195,13 +194,3 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(res), flush=True)
     return 0 if res["ok"] else 1
 
-
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The result is out; skip the interpreter's teardown. H200, 2026-11-30: after a
-    # torch.profiler session the child aborted in teardown ("free(): invalid pointer"; once
-    # "double free or corruption" when the profile still ran in the bench's process), after
-    # its result was complete. Cause not found; nothing is left to release at this point.
-    os._exit(code)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kern_manifest import Manifest, encode, parse_param_type
 
-from .errors import KernRunError
+from ..errors import KernRunError
 
 
 def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict[str, Any]:
