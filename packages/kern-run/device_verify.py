@@ -154,7 +154,7 @@ def load_case(case: str):
         return readable_verify_logits(b.manifest), b.kernels, list(b.weights), prompts
     from kern_run.bench import QWEN3_4B, export_weights
     from kern_run.defaults import cache_dir, plan_file
-    from kern_run.torch_side import checkpoint_in_child
+    from kern_run.bench.torch_side import checkpoint_in_child
     d = Path("examples/qwen3-4b")
     base = cache_dir() / "qwen3-4b-random"
     hf = checkpoint_in_child(base / "hf", QWEN3_4B)
