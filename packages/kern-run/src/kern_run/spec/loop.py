@@ -265,14 +265,27 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
         t_ready = t_last = clock()
         j = accept_prefix(drafts, preds)
         out = preds[:j + 1]
-        used, stop = 0, False
-        for tok in out:
-            used += 1
-            if emit(tok):
-                stop = True
-                break
-        stats.record(m, j, used, t_ready - t_start)
-        if stop:
+        # Emit the round in one go: up to the first EOS (dropped, and the run ends), or all
+        # of it (m ≤ room(), so the step limit can only be reached at its last token).
+        cut = len(out)
+        if eos:
+            for i, tok in enumerate(out):
+                if tok in eos:
+                    cut = i
+                    break
+        keep = out[:cut] if cut < len(out) else out
+        a = n + produced
+        seq[a:a + cut] = keep
+        res.tokens += keep
+        stream += keep
+        produced += cut
+        stats.record(m, j, cut + (cut < len(out)), t_ready - t_start)
+        if cut < len(out):
+            produced += 1
+            res.stop, res.eos_token = "eos", out[cut]
+            break
+        if produced >= steps:
+            res.stop = "steps"
             break
         proposer.extend(out)
     flush()

@@ -5,8 +5,9 @@ input (code edits, summaries, extraction) and finds nothing on free text.
 
 The index is incremental: for every n it maps each n-gram to the end of its most recent
 occurrence, and on each appended token remembers where the new suffix n-gram occurred
-before. :meth:`NgramProposer.extend` costs O(n_max − n_min + 1) dict operations per token and
-:meth:`NgramProposer.propose` O(n_max − n_min + k): no rescan of the history per round."""
+before. :meth:`NgramProposer.extend` costs one tuple of n_max tokens and n_max − n_min + 1
+dict operations per token, :meth:`NgramProposer.propose` O(n_max − n_min + k): no rescan of
+the history per round."""
 
 from __future__ import annotations
 
@@ -47,17 +48,26 @@ class NgramProposer:
         """Append ``tokens`` to the sequence (the caller appends every token it emits, in
         order, and nothing else: drafts are never appended)."""
         seq, ns, last, prev = self.seq, self._ns, self._last, self._prev
+        top = self.n_max
+        append = seq.append
         for t in tokens:
-            seq.append(int(t))
+            append(int(t))
             end = len(seq)
-            for i, n in enumerate(ns):
+            if end >= top:
+                # one tuple of the last n_max tokens; each shorter n-gram is its tail
+                gram = tuple(seq[-top:])
+                for d, i in zip(last, range(len(ns))):
+                    prev[i] = d.get(gram, -1)
+                    d[gram] = end
+                    gram = gram[1:]
+                continue
+            for i, n in enumerate(ns):            # the first n_max − 1 tokens
                 if end < n:
                     prev[i] = -1
                     continue
                 gram = tuple(seq[end - n:end])
-                d = last[i]
-                prev[i] = d.get(gram, -1)
-                d[gram] = end
+                prev[i] = last[i].get(gram, -1)
+                last[i][gram] = end
 
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` draft tokens for the positions after the sequence, or ``[]`` when no
