@@ -241,3 +241,46 @@ class Never:
 
     def propose(self, k: int) -> list[int]:
         return []
+
+
+class _Ready:
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def wait(self) -> np.ndarray:
+        return self.value
+
+
+class NullRuntime:
+    """No model and no records, to time the loop's own host work: ``verify`` predicts every
+    draft and continues the last one (a loop that accepts everything), ``decode`` answers
+    ``1 + token % 5``."""
+
+    def __init__(self, max_tokens: int = 16) -> None:
+        self.ids = np.zeros(max_tokens, np.int64)
+        self.t = 1
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        if name == "token_ids":
+            self.ids[:len(array)] = array
+
+    def copy(self, dst: str, src: str, symbols=None) -> None:
+        pass
+
+    def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
+        self.t = symbols["tokens"]
+
+    def read_async(self, name: str, symbols=None) -> _Ready:
+        t = self.t
+        if name == "predictions":
+            out = np.empty(t, np.int64)
+            out[:t - 1] = self.ids[1:t]
+            out[t - 1] = self.ids[t - 1]
+            return _Ready(out)
+        return _Ready(np.array([1 + self.ids[0] % 5], np.int64))
+
+    def synchronize(self) -> None:
+        pass
+
+    def capture(self, program: str, symbols: dict[str, int]) -> None:
+        pass

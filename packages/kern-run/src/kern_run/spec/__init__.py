@@ -14,9 +14,11 @@ from .check import BUG_GAP, CheckReport, Divergence, spec_check
 from .loop import (DEFAULT_K, PREDICTIONS, VERIFY, VERIFY_MAX, Proposer, SpecResult,
                    check_spec_options, spec_generate, verify_widths)
 from .ngram import DEFAULT_NGRAM, NgramProposer
+from .prompts import SETS, SpecPrompt, load_prompt_sets
 from .stats import SpecStats, repetition_loop, speedup
 
 __all__ = ["BUG_GAP", "CheckReport", "DEFAULT_K", "DEFAULT_NGRAM", "Divergence",
-           "NgramProposer", "PREDICTIONS", "Proposer", "SpecResult", "SpecStats", "VERIFY",
-           "VERIFY_MAX", "accept_prefix", "check_spec_options", "emitted", "repetition_loop",
-           "spec_check", "spec_generate", "speedup", "verify_widths"]
+           "NgramProposer", "PREDICTIONS", "Proposer", "SETS", "SpecPrompt", "SpecResult",
+           "SpecStats", "VERIFY", "VERIFY_MAX", "accept_prefix", "check_spec_options",
+           "emitted", "load_prompt_sets", "repetition_loop", "spec_check", "spec_generate",
+           "speedup", "verify_widths"]
