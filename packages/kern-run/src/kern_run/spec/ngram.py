@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-#: The default n-gram range (n_min, n_max). n = 1 matches almost always on free text and
-#: turns plain decode steps into verify rounds that mostly reject; n ≥ 2 keeps precision.
+#: The default n-gram range (n_min, n_max): a starting point for the bench to tune. n = 1
+#: matches almost always on free text and turns plain decode steps into verify rounds that
+#: mostly reject (a verify round costs more than a decode step); n ≥ 2 keeps precision.
 DEFAULT_NGRAM = (2, 4)
 
 
