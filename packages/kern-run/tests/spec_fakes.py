@@ -16,8 +16,8 @@ recent earlier occurrence of the row's own token (repetitive text: n-gram lookup
 order) or ``verify_bug`` (verify rows skip their own slot: a real bug, large gaps).
 ``poison``: after each call every slot past its last position is overwritten with garbage,
 so nothing past a call's last position can be relied on. Contract violations raise
-:class:`Violation`; captures are recorded in ``events``; graph replays of uncaptured (program, tokens) are listed in
-``uncaptured``."""
+:class:`Violation`; captures are recorded in ``events``; graph replays of an uncaptured
+(program, tokens) are listed in ``uncaptured``."""
 
 from __future__ import annotations
 

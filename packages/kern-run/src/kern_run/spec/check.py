@@ -131,11 +131,12 @@ def spec_check(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int
     """Plain :func:`generate`, then :func:`spec_generate` (``on_token`` streams the latter)
     on the same runtime and prompt; on a divergence, a third (plain) run to its index reads
     the plain logits there."""
-    common = dict(steps=steps, chunk=chunk, max_tokens=max_tokens, eos=eos, eager=eager,
-                  capacity=capacity, fixed_context=fixed_context, vocab=vocab)
-    plain = generate(rt, prompt, **common)  # type: ignore[arg-type]
+    common: dict = dict(steps=steps, chunk=chunk, max_tokens=max_tokens, eos=eos,
+                        eager=eager, capacity=capacity, fixed_context=fixed_context,
+                        vocab=vocab)
+    plain = generate(rt, prompt, **common)
     spec = spec_generate(rt, prompt, k=k, ngram=ngram, proposer=proposer,
-                         verify_max=verify_max, on_token=on_token, **common)  # type: ignore[arg-type]
+                         verify_max=verify_max, on_token=on_token, **common)
     a, b = produced(plain), produced(spec)
     i = first_divergence(a, b)
     if i is None:
@@ -144,7 +145,7 @@ def spec_check(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int
     # run stops early only at an EOS, which the other would then have made too); if one is,
     # the logits are read at the shorter run's last token and the report is a bug.
     at = min(i, len(a) - 1)
-    replay = generate(rt, prompt, **{**common, "steps": at + 1})  # type: ignore[arg-type]
+    replay = generate(rt, prompt, **{**common, "steps": at + 1})
     logits = read_logits(rt)
     t1, t2, gap = top2(logits)
     st = b[i] if i < len(b) else None
