@@ -9,7 +9,7 @@ import numpy as np
 
 
 def contract_manifest(max_tokens: int = 8, vocab: int = 100, extra_inputs: Sequence[str] = (),
-                      model: str = "fake-llama") -> dict:
+                      model: str = "fake-llama", verify: bool = False) -> dict:
     """A tiny manifest that follows the caller contract and verifies (one made-up kernel;
     the fake runtime never launches it)."""
     params = ["in buffer<i64>", "in buffer<i64>", "in buffer<i32>", "inout ptr",
@@ -32,9 +32,18 @@ def contract_manifest(max_tokens: int = 8, vocab: int = 100, extra_inputs: Seque
             "symbol": f"use_{n}", "params": ["in buffer<i32>"], "block": [1, 1, 1],
             "grid": [1, 1, 1], "args": [{"arg": 0}]}]}}
         disp.append({"kernel": f"use_{n}", "args": [{"buf": n}]})
+    programs = {"prefill": {"dispatches": disp}, "decode": {"dispatches": disp}}
+    if verify:          # speculation's check: predictions i64 [tokens] (spec/contract.py)
+        bufs["predictions"] = {"dtype": "i64", "shape": ["tokens"], "class": "output"}
+        vp = ["in buffer<i64>", "inout ptr", "out buffer<i64>"]
+        kernels["verify_step"] = {"params": vp, "impl": {"steps": [{
+            "symbol": "fake_verify", "params": vp, "block": [1, 1, 1], "grid": [1, 1, 1],
+            "args": [{"arg": i} for i in range(3)]}]}}
+        programs["verify"] = {"dispatches": [{"kernel": "verify_step", "args": [
+            {"buf": "token_ids"}, {"state": "kv"}, {"buf": "predictions"}]}]}
     return {"meta": {"version": 2, "model": model}, "symbols": {"tokens": {"max": max_tokens}},
             "states": {"kv": {"bytes_per_token": 64}}, "buffers": bufs, "kernels": kernels,
-            "programs": {"prefill": {"dispatches": disp}, "decode": {"dispatches": disp}}}
+            "programs": programs}
 
 
 class FakePending:

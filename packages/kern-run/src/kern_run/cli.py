@@ -52,17 +52,40 @@ def main_command(
     chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
     gpu: Annotated[int, typer.Option(help="CUDA device index")] = 0,
     summary: Annotated[bool, typer.Option("--summary", help="print the runtime's startup summary")] = False,
+    spec: Annotated[Optional[str], typer.Option(help="speculative decoding through the manifest's `verify` program; drafter: ngram (prompt lookup)")] = None,
+    spec_k: Annotated[int, typer.Option(help="drafts per round (a round verifies k + 1 tokens)")] = 7,
+    spec_ngram: Annotated[str, typer.Option(help="n-gram lengths MIN:MAX that prompt lookup matches (longest first)")] = "2:4",
+    spec_check: Annotated[bool, typer.Option("--spec-check", help="also run plain greedy in the same process and report the first divergence with the plain top-1/top-2 logit gap (exit 1 if above 0.25)")] = False,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
-    from .runner import RunOptions, run
-    opts = RunOptions(manifest=manifest, kernels=kernels, weights=list(weights or []),
-                      tokenizer=tokenizer, prompt=prompt, steps=steps, chunk=chunk,
-                      capacity=capacity, eager=eager, chat=chat, gpu=gpu, summary=summary)
+    from .runner import RunOptions, SpecCheckFailed, run
     try:
+        opts = RunOptions(manifest=manifest, kernels=kernels, weights=list(weights or []),
+                          tokenizer=tokenizer, prompt=prompt, steps=steps, chunk=chunk,
+                          capacity=capacity, eager=eager, chat=chat, gpu=gpu, summary=summary,
+                          spec=spec, spec_k=spec_k, spec_ngram=parse_ngram(spec_ngram),
+                          spec_check=spec_check)
         run(opts)
+    except SpecCheckFailed as err:
+        sys.stderr.write(f"kern-run: --spec-check failed: {err}\n")
+        raise typer.Exit(1)
     except Exception as err:
         _fail(err)
+
+
+def parse_ngram(text: str) -> tuple[int, int]:
+    """``"MIN:MAX"`` (or one number for both) -> (min, max); range checks are the loop's."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            n = int(parts[0])
+            return n, n
+        if len(parts) == 2:
+            return int(parts[0]), int(parts[1])
+    except ValueError:
+        pass
+    raise KernRunError(f"--spec-ngram {text!r}: give MIN:MAX, e.g. 2:4")
 
 
 @app.command("bench")

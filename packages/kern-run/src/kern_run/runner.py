@@ -13,6 +13,10 @@ from typing import TextIO
 
 from .errors import KernRunError, NoGpuError
 
+
+class SpecCheckFailed(RuntimeError):
+    """``--spec-check`` found a divergence that is not a bf16 near-tie (a bug)."""
+
 DEFAULT_PROMPT = "The capital of France is"
 
 
@@ -30,6 +34,10 @@ class RunOptions:
     chat: bool = False
     gpu: int = 0
     summary: bool = False
+    spec: str | None = None      # "ngram": prompt-lookup speculation through `verify`
+    spec_k: int = 7              # drafts per round
+    spec_ngram: tuple[int, int] = (2, 4)
+    spec_check: bool = False     # also plain greedy in the same process, first divergence
 
 
 @dataclass
@@ -59,6 +67,10 @@ def check_options(o: RunOptions) -> None:
         problems.append(f"--gpu must be a device index ≥ 0 (got {o.gpu})")
     if not o.prompt:
         problems.append("--prompt is empty")
+    if o.spec is not None and o.spec != "ngram":
+        problems.append(f"--spec {o.spec!r}: the drafters are `ngram` (prompt lookup)")
+    if o.spec_check and o.spec is None:
+        problems.append("--spec-check needs --spec")
     if problems:
         raise KernRunError(*problems)
 
@@ -141,6 +153,11 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         raise KernRunError("--prompt encodes to no tokens")
     limit, load_capacity = kv_capacity(o.capacity, info.context)
     check_capacity(len(ids), o.steps, limit, fixed=info.context is not None)
+    verify_max = None
+    if o.spec is not None:
+        from .spec import check_spec_options, verify_contract
+        verify_max = verify_contract(vm.manifest)
+        check_spec_options(o.spec_k, o.spec_ngram, info.max_tokens, verify_max)
     if runtime_factory is None:
         ok, why = probe_gpu()
         if not ok:
@@ -170,9 +187,20 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         if not o.chat:
             out.write(o.prompt)
             out.flush()
-        res = generate(rt, ids, steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
-                       eos=tok.eos_ids, eager=o.eager, capacity=limit,
-                       fixed_context=info.context is not None, vocab=info.vocab, on_token=emit)
+        common = dict(steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
+                      eos=tok.eos_ids, eager=o.eager, capacity=limit,
+                      fixed_context=info.context is not None, vocab=info.vocab)
+        report = None
+        if o.spec is None:
+            res = generate(rt, ids, on_token=emit, **common)
+        else:
+            from .spec import spec_check, spec_generate
+            spec = dict(k=o.spec_k, ngram=o.spec_ngram, verify_max=verify_max)
+            if o.spec_check:
+                report = spec_check(rt, ids, on_token=emit, **spec, **common)
+                res = report.spec
+            else:
+                res = spec_generate(rt, ids, on_token=emit, **spec, **common)
         tail = stream.flush()
         if tail:
             pieces.append(tail)
@@ -184,13 +212,21 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         if close is not None:
             close()
     stats = render_stats(res, o, info.max_tokens)
+    if o.spec is not None:
+        stats += "\n" + "\n".join(res.spec.lines())
+    if report is not None:
+        plain = report.plain
+        stats += (f"\nplain greedy in the same process: decode "
+                  f"{plain.decode_ms_per_token or 0:.3f} ms/token; " + report.describe())
     err.write(stats + "\n")
+    if report is not None and report.bug:
+        raise SpecCheckFailed(report.describe())
     return Outcome(res, "".join(pieces), stats)
 
 
 def render_stats(res, o: RunOptions, max_tokens: int) -> str:
     from .plan import clamp_chunk
-    mode = "eager" if o.eager else "graphs"
+    mode = ("eager" if o.eager else "graphs") + (f", spec {o.spec}" if o.spec else "")
     parts = [f"prompt {len(res.prompt)} tokens"]
     if res.prefill_tokens:
         tps = res.prefill_tokens_per_s
