@@ -47,7 +47,7 @@ def test_child_timeout():
 def test_real_child_reports_an_unknown_op_as_one_line():
     with pytest.raises(KernRunError, match=r"^baseline: KernRunError: unknown op 'nope' "
                                            r"\(decode, checkpoint, "
-                                           r"profile\)$"):
+                                           r"profile, lookup\)$"):
         child_json(child_cmd({"op": "nope"}), "baseline", 120)
 
 
@@ -56,7 +56,7 @@ def test_main_prints_one_json_line_and_exit_status(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == {"ok": False,
                                    "error": "KernRunError: unknown op 'nope' (decode, checkpoint, "
-                                            "profile)"}
+                                            "profile, lookup)"}
     assert main([]) == 1
     assert "usage: python -m kern_run.bench SPEC_JSON" in capsys.readouterr().out
     assert main(["{not json"]) == 1

@@ -99,6 +99,9 @@ def bench_command(
     gpu: Annotated[int, typer.Option(help="CUDA device index")] = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the raw numbers as JSON")] = None,
     profile: Annotated[bool, typer.Option("--profile/--no-profile", help="also break one decode step's GPU time down by kernel (torch.profiler)")] = False,
+    spec: Annotated[bool, typer.Option("--spec/--no-spec", help="also prompt-lookup speculation vs plain greedy on the shipped prompt sets (SmolLM2; transformers' prompt lookup as the peer unless --no-baseline) and verify/decode cost")] = False,
+    spec_k: Annotated[int, typer.Option(help="drafts per speculation round")] = 7,
+    spec_limit: Annotated[Optional[int], typer.Option(help="at most this many prompts per set")] = None,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     import json
@@ -109,7 +112,8 @@ def bench_command(
         bad = [c for c in cases if c not in ("smollm2", "qwen3")]
         if bad:
             raise KernRunError(f"--case `{bad[0]}` is not a case (smollm2, qwen3)")
-        for name, v in (("--steps", steps), ("--reps", reps), ("--prefill", prefill)):
+        for name, v in (("--steps", steps), ("--reps", reps), ("--prefill", prefill),
+                        ("--spec-k", spec_k), ("--spec-limit", spec_limit or 1)):
             if v < 1:
                 raise KernRunError(f"{name} must be at least 1 (got {v})")
         if not cases:
@@ -131,7 +135,7 @@ def bench_command(
         from .bench import run_bench
         report = run_bench(cases=cases, smollm2=smollm2, qwen3_dir=qwen3, baseline=baseline,
                            steps=steps, reps=reps, prefill=prefill, gpu=gpu,
-                           profile=profile)
+                           profile=profile, spec=spec, spec_k=spec_k, spec_limit=spec_limit)
     except Exception as err:
         _fail(err)
         return

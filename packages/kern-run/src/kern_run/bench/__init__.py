@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernRunError
-from .torch_side import baseline_in_child, checkpoint_in_child, profile_in_child
+from .torch_side import (baseline_in_child, checkpoint_in_child, lookup_in_child,
+                         profile_in_child)
 
 #: Shapes of the baseline models (transformers configs), from ../shared/facts/h200.md.
 QWEN3_4B = dict(model_type="qwen3", hidden_size=2560, num_hidden_layers=36,
@@ -188,9 +189,12 @@ def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
 
 
 def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baseline: bool,
-              steps: int, reps: int, prefill: int, gpu: int, profile: bool = False) -> Report:
+              steps: int, reps: int, prefill: int, gpu: int, profile: bool = False,
+              spec: bool = False, spec_k: int = 7, spec_limit: int | None = None) -> Report:
     """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object.
-    ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``."""
+    ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``.
+    ``spec``: also prompt-lookup speculation vs plain greedy on the shipped prompt sets
+    (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases)."""
     from kern_manifest import read
     from kern_runtime import Runtime
     from ..contract import check_manifest
@@ -209,12 +213,25 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             d = _try(rep, "smollm2", "decode", lambda: kern_decode(
                 rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
                 capacity=limit, fixed=info.context is not None))
+            if spec:
+                spec_rows(rep, "smollm2", _try(rep, "smollm2", "verify cost", lambda:
+                                                verify_cost(rt, spec_k)))
+                sp = _try(rep, "smollm2", "spec", lambda: smollm2_spec(
+                    rt, info, b, steps=steps, k=spec_k, capacity=limit,
+                    fixed=info.context is not None, limit=spec_limit))
         if profile:
             later.append(("smollm2", "smollm2", dict(
                 manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
                 capacity=load_cap)))
         base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
             None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
+        if spec and sp:
+            # transformers' eager decode is ~30 ms/token: the peer runs the first PEER_PROMPTS
+            ids = {k: v[:PEER_PROMPTS] for k, v in sp.pop("_ids").items()}
+            peer = _try(rep, "smollm2", "transformers prompt lookup", lambda: lookup_in_child(
+                b.tokenizer, ids, steps=steps, gpu=gpu)) if baseline else None
+            spec_set_rows(rep, sp, peer)
+            rep.data["smollm2_spec"] = {"kern": sp, "transformers": peer}
         if d:
             rep.data["smollm2"] = {"kern": d, "baseline": base}
             t = TARGETS["smollm2_decode_ms"]
@@ -244,6 +261,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
             n_pf = min(prefill, limit - 2) if fixed else prefill
             p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
                 rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
+            if spec:
+                spec_rows(rep, "qwen3-4b", _try(rep, "qwen3-4b", "verify cost", lambda:
+                                                 verify_cost(rt, spec_k)))
         if profile:
             later.append(("qwen3-4b", "qwen3", dict(
                 manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
@@ -274,6 +294,69 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     for case, key, load in later:
         profile_rows(rep, case, key, kern_profile(rep, case, load, gpu))
     return rep
+
+
+#: issue 14's targets: verify(8) ≤ 1.25 decode steps; input-grounded ≥ 1.6x plain with
+#: τ ≥ 2.5; open chat ≥ 0.97x plain.
+SPEC_TARGETS = {"verify_ratio": 1.25, "input-grounded": 1.6, "open-chat": 0.97, "tau": 2.5}
+PEER_PROMPTS = 8
+
+
+def verify_cost(rt, k: int) -> dict:
+    """GPU ms of back-to-back ``decode`` and ``verify`` (tokens = k + 1) graphs at the
+    position the inputs hold (the end of the last generation)."""
+    dec = kern_graph_ms(rt, "decode", {"tokens": 1})
+    ver = kern_graph_ms(rt, "verify", {"tokens": k + 1})
+    return {"decode_ms": dec, "verify_ms": ver, "tokens": k + 1, "ratio": ver / dec}
+
+
+def spec_rows(rep: Report, case: str, v: dict | None) -> None:
+    if not v:
+        return
+    rep.data.setdefault(f"{case}_verify", v)
+    t = SPEC_TARGETS["verify_ratio"]
+    rep.add(case, f"verify({v['tokens']}) / decode GPU ms", f"{v['ratio']:.2f}",
+            f"{v['verify_ms']:.3f} / {v['decode_ms']:.3f} ms", f"≤ {t}",
+            "met" if v["ratio"] <= t else "MISSED")
+
+
+def smollm2_spec(rt, info, b, *, steps: int, k: int, capacity, fixed: bool,
+                 limit: int | None) -> dict:
+    from ..spec import verify_contract
+    from ..tokenizer import load_tokenizer
+    from .spec import kern_spec, prompt_ids
+    from kern_manifest import read
+    tok = load_tokenizer(b.tokenizer)
+    vmax = verify_contract(read(b.manifest))
+    out = kern_spec(rt, info, tok, steps=steps, k=k, ngram=(2, 4), capacity=capacity,
+                    fixed=fixed, verify_max=vmax, limit=limit)
+    out["_ids"] = prompt_ids(tok, limit)
+    return out
+
+
+def spec_set_rows(rep: Report, sp: dict, peer: dict | None) -> None:
+    for name in ("input-grounded", "open-chat"):
+        r = sp.get(name)
+        if not r:
+            continue
+        f = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
+        t = SPEC_TARGETS[name]
+        sx = r["speedup"]
+        pr = (peer or {}).get(name)
+        rep.add(f"spec {name}", f"ms/token spec vs plain ({r['prompts']} prompts)",
+                f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
+                f"HF lookup {pr['speedup']:.2f}x ({pr['prompts']} prompts)" if pr else "",
+                f"≥ {t}x" + (f", τ ≥ {SPEC_TARGETS['tau']}" if name == "input-grounded" else ""),
+                f"{f(sx, '.2f')}x: " + ("met" if sx and sx >= t else "MISSED"))
+        rep.add(f"spec {name}", "τ tokens/round (without loops)",
+                f"{f(r['tau'], '.2f')} ({f(r['tau_without_loops'], '.2f')})",
+                note=f"{r['rounds']} rounds, {r['prompts_with_loops']} outputs loop, "
+                     f"acceptance {f(r['acceptance_rate'], '.2f')}")
+        rep.add(f"spec {name}", "round ms / host µs per round",
+                f"{f(r['ms_per_round'], '.3f')} / {f(r['host_us_per_round'], '.1f')}",
+                note=f"identical {r['identical']}/{r['prompts']}, near-ties "
+                     f"{len(r['near_tie_gaps'])} (max gap "
+                     f"{max(r['near_tie_gaps'], default=0):.3f}), bugs {len(r['bugs'])}")
 
 
 def smollm2_config(gguf: Path) -> dict:

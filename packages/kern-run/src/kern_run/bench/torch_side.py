@@ -139,6 +139,14 @@ def profile_in_child(manifest: Path, kernels: Path, weights: list[Path], capacit
     return child_json(child_cmd(s), "decode profile", timeout_s)
 
 
+def lookup_in_child(gguf: Path, sets: dict[str, list[list[int]]], *, steps: int, gpu: int,
+                    timeout_s: float = 900) -> dict:
+    """:func:`.peer.lookup_peer` (transformers' prompt lookup vs its plain greedy) in a fresh
+    child process: ``{set: {...}}``."""
+    s = {"op": "lookup", "gguf": str(gguf), "sets": sets, "steps": steps, "gpu": gpu}
+    return child_json(child_cmd(s), "transformers prompt lookup", timeout_s)["sets"]
+
+
 def child_cmd(spec: dict) -> list[str]:
     return [sys.executable, "-m", "kern_run.bench", json.dumps(spec)]
 
@@ -158,7 +166,11 @@ def run_spec(s: dict) -> dict:
                           weights=[Path(w) for w in s["weights"]], capacity=s["capacity"],
                           device=int(s["gpu"]), progress=None) as rt:
             return {"events": profile_decode(rt, int(s["gpu"])), "steps": STEPS}
-    raise KernRunError(f"unknown op {s.get('op')!r} (decode, checkpoint, profile)")
+    if s.get("op") == "lookup":
+        from .peer import lookup_peer
+        return {"sets": lookup_peer(Path(s["gguf"]), s["sets"], steps=int(s["steps"]),
+                                    gpu=int(s["gpu"]))}
+    raise KernRunError(f"unknown op {s.get('op')!r} (decode, checkpoint, profile, lookup)")
 
 
 def child_json(cmd: list[str], what: str, timeout_s: float) -> dict:
