@@ -17,7 +17,8 @@ from kern_gen.llama import merge as M
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.facts import load
 from kern_gen.llama.generate import ARCHS, choose_groups
-from kern_gen.llama.wiring import Op, Program, Ref, wire
+from kern_gen.llama.ir import Op, Program, Ref, reads, writes
+from kern_gen.llama.wiring import wire
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,9 +52,9 @@ def _replay(ops: list[Op], fused: dict[str, list[tuple[int, str]]]) -> list[tupl
                 last[(o.args["c"].buf, off)] = part
             continue
         for key, r in _args(o):
-            if r.buf and not r.buf.startswith("model.") and r in M._reads(o):
+            if r.buf and not r.buf.startswith("model.") and r in reads(o):
                 out.append((o.label, key, last.get((r.buf, r.offset), "<input>")))
-        for d, r in M._writes(o):
+        for d, r in writes(o):
             last[(r.buf, r.offset)] = o.label
     return out
 
@@ -104,7 +105,7 @@ def _replay_one(ops, label, fused=None):
             for off, part in fused[o.label]:
                 last[(o.args["c"].buf, off)] = part
             continue
-        for d, r in M._writes(o):
+        for d, r in writes(o):
             last[(r.buf, r.offset)] = o.label
     raise AssertionError(label)
 

@@ -7,6 +7,8 @@ Modules, in pipeline order:
                     captured run's config;
 - :mod:`.facts`     capture + kern-mine result + provider sidecar, read into per-site facts
                     (pointers named against the sidecar, scalar fits, parameter ABI);
+- :mod:`.ir`        ops, buffer refs (``Ref``: a buffer or a named state), programs, the
+                    dataflow check;
 - :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
                     it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
 - :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);

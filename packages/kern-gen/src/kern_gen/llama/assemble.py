@@ -26,7 +26,8 @@ from typing import Any
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
-from .wiring import TOK, Op, Program, Ref
+from .ir import (LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op, Program,
+                 Ref, is_weight)
 
 ARGMAX_PARTS = 64
 PROGRAMS = ("prefill", "decode", "verify")
@@ -62,8 +63,9 @@ class Assembler:
 
     def _arg(self, ref: Ref) -> dict[str, Any]:
         if ref.state:
-            return {"state": "kv", "offset": ref.offset} if ref.offset else {"state": "kv"}
-        if ref.buf and ref.buf.startswith("model."):
+            return ({"state": ref.state, "offset": ref.offset} if ref.offset
+                    else {"state": ref.state})
+        if is_weight(ref.buf):
             self._weight(ref.buf)
         return {"buf": ref.buf, "offset": ref.offset} if ref.offset else {"buf": ref.buf}
 
@@ -160,11 +162,11 @@ class Assembler:
     def _dtype_of(self, ref: Ref) -> str:
         if ref.buf in self.buffers:
             return self.buffers[ref.buf]["dtype"]
-        if ref.buf == "positions":
+        if ref.buf == POSITIONS.buf:
             return "i64"
         if ref.buf == INV_FREQ:
             return "f32"
-        if ref.buf and ref.buf.startswith("model."):
+        if is_weight(ref.buf):
             return "bf16"
         raise WiringError(f"internal: buffer `{ref.buf}` not declared")
 
@@ -190,7 +192,7 @@ class Assembler:
         name = self._kernel(f"{program}.embedding", {"params": p, "impl": {"steps": [step]}},
                             "own `kern_embedding_bf16`")
         return {"label": op.label, "kernel": name,
-                "args": [{"buf": "token_ids"}, self._arg(Ref(buf="model.embed_tokens.weight")),
+                "args": [self._arg(TOKEN_IDS), self._arg(Ref(buf="model.embed_tokens.weight")),
                          self._arg(op.args["out"])]}
 
     def rope_angles(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -204,7 +206,7 @@ class Assembler:
                             "`inv_freq x positions`, which takes a by-value struct)")
         t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
         return {"label": op.label, "kernel": name,
-                "args": [{"buf": "positions"}, self._arg(Ref(buf=INV_FREQ)),
+                "args": [self._arg(POSITIONS), self._arg(Ref(buf=INV_FREQ)),
                          self._arg(op.args["out"]), t]}
 
     def attention(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -263,7 +265,7 @@ class Assembler:
             extra = [{"sym": "tokens"}]
         return {"label": op.label, "kernel": name,
                 "args": [self._arg(a["q"]), self._arg(a["k"]), self._arg(a["v"]),
-                         {"buf": "pos0"}, self._arg(a["out"]), *extra]}
+                         self._arg(POS0), self._arg(a["out"]), *extra]}
 
     def argmax(self, program: str, op: Op, rows: Any) -> dict[str, Any]:
         """Greedy argmax of each of ``rows`` logit rows (grid x = row)."""
@@ -291,13 +293,13 @@ class Assembler:
     # --- whole manifest -------------------------------------------------------------------
     def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
         cfg = self.cfg
-        self._buf("token_ids", "i64", ["tokens"], "input")
-        self._buf("positions", "i64", ["tokens"], "input")
-        self._buf("pos0", "i32", [1], "input")
-        self._buf("next_token", "i64", [1], "output")
-        self._buf("logits", "bf16", [1, cfg.vocab], "output")
+        self._buf(TOKEN_IDS.buf, "i64", ["tokens"], "input")
+        self._buf(POSITIONS.buf, "i64", ["tokens"], "input")
+        self._buf(POS0.buf, "i32", [1], "input")
+        self._buf(NEXT_TOKEN.buf, "i64", [1], "output")
+        self._buf(LOGITS.buf, "bf16", [1, cfg.vocab], "output")
         if any(p.name == "verify" for p in programs):
-            self._buf("predictions", "i64", ["tokens"], "output")
+            self._buf(PREDICTIONS.buf, "i64", ["tokens"], "output")
         progs: dict[str, Any] = {}
         for prog in programs:
             for b in prog.bufs.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .config import ModelConfig
 from .facts import Facts
-from .wiring import Program
+from .ir import Program
 
 
 def readme(facts: Facts, cfg: ModelConfig, asm, programs: list[Program], dg: int, pg: int,

@@ -28,25 +28,17 @@ running residual *and* the pending attention/MLP outputs and recompute the sum, 
 (``in_out_ptr``) only every few layers.  So the wiring does not assume a residual buffer;
 it replays Inductor's buffer plan: each activation address of the forward (per dtype) is
 one workspace buffer, and the generator proves that every buffer a kept kernel reads was
-written earlier by a kept or substituted kernel (:func:`_dataflow`).
+written earlier by a kept or substituted kernel (:func:`.ir.check_dataflow`).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
 
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts, Site
 from . import falsify as F
-
-TOK: dict[str, Any] = {"sym": "tokens"}
-
-
-def mul(e: Any, c: int) -> dict[str, Any]:
-    return {"mul": [e, c]}
-
+from .ir import (KV, LOGITS, NEXT_TOKEN, POSITIONS, PREDICTIONS, TOK, Buf, Op, Program, Ref,
+                 check_dataflow, mul, used_buffers)
 
 # --- roles ------------------------------------------------------------------------------
 
@@ -96,41 +88,6 @@ def role_of(site: Site, qk_norm: bool = False) -> str:
         return "drop"
     raise WiringError(f"site {site.index} `{n}` (group {site.group}): no role in the "
                       f"Llama wiring; the capture has a kernel the wiring does not know")
-
-
-# --- ops --------------------------------------------------------------------------------
-
-@dataclass
-class Ref:
-    """A manifest argument: a buffer (``buf``), the KV state (``state``) or a scalar."""
-    buf: str | None = None
-    state: bool = False
-    offset: int = 0
-
-
-@dataclass
-class Op:
-    kind: str          # mined | gemm | embedding | angles | attention | argmax
-    label: str
-    site: Site | None = None
-    ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
-    args: dict[str, Any] = field(default_factory=dict)               # others
-
-
-@dataclass
-class Buf:
-    name: str
-    dtype: str
-    width: int
-    cls: str
-
-
-@dataclass
-class Program:
-    name: str
-    rows: Any                       # 1 for decode, {"sym": "tokens"} for prefill
-    ops: list[Op]
-    bufs: dict[str, Buf]
 
 
 # Pointer parameters of the mined q/k kernels, in parameter order, by architecture
@@ -234,13 +191,13 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             if nm == "angles":
                 out[nm] = (p, a, "in", _angles(acts, a, cfg, angles, where))
             elif nm == "positions":
-                out[nm] = (p, a, "in", Ref(buf="positions"))
+                out[nm] = (p, a, "in", POSITIONS)
             elif nm == "norm_w":
                 w = f"model.layers.{layer}.self_attn.{labels['norm_w']}.weight"
                 F.weight_is(facts, s, (p, 0), w, where)
                 out[nm] = (p, a, "in", Ref(buf=w))
             elif nm == "cache":
-                out[nm] = (p, a, "inout", Ref(state=True, offset=2 * layer * kv_bytes))
+                out[nm] = (p, a, "inout", Ref(state=KV, offset=2 * layer * kv_bytes))
             else:
                 d = {"out": "out", "q_io": "inout"}.get(nm, "in")
                 dt, wd = ("f32", cfg.heads if labels.get("x") == "q" else cfg.kv_heads) \
@@ -339,13 +296,13 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                                    "transpose's output")
                 out = acts.get(s.ptrs[(0, 240)], "bf16", cfg.q_width, f"L{layer}.attn.out")
                 ops.append(Op("attention", f"L{layer}.attn", None, args={
-                    "q": q, "k": Ref(state=True, offset=2 * layer * kv_bytes),
-                    "v": Ref(state=True, offset=(2 * layer + 1) * kv_bytes), "out": out}))
+                    "q": q, "k": Ref(state=KV, offset=2 * layer * kv_bytes),
+                    "v": Ref(state=KV, offset=(2 * layer + 1) * kv_bytes), "out": out}))
             a = acts.get(s.ptrs[(0, 240)], "bf16", k_in, f"{lab}.in")
             if verify and k == len(gemm_names) - 1:
                 a = _last_row_reader(facts, s, group, final_norm, cfg.hidden, where)
             if decode and k == len(gemm_names) - 1:
-                c = Ref(buf="logits")
+                c = LOGITS
             else:
                 c = acts.get(s.ptrs[(0, 328)], "bf16", n_out, f"{lab}.out")
             if k == len(gemm_names) - 1:
@@ -418,8 +375,8 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             F.scalars_are(s, [mul(TOK, cfg.kv_width)] if dyn else [cfg.kv_width], where)
             vin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
             ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
-                flat[0][0]: ("in", Ref(buf="positions")), flat[1][0]: ("in", vin),
-                flat[2][0]: ("inout", Ref(state=True, offset=(2 * layer + 1) * kv_bytes))}))
+                flat[0][0]: ("in", POSITIONS), flat[1][0]: ("in", vin),
+                flat[2][0]: ("inout", Ref(state=KV, offset=(2 * layer + 1) * kv_bytes))}))
             last_v = len(ops)
         elif role == "attn_transpose":
             # prefill only: the captured flex attention's output is head-major
@@ -457,7 +414,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             if logits is None:
                 F.fail(where, "argmax before the lm_head GEMM")
             ops.append(Op("argmax", "argmax", s, args={
-                "logits": logits, "out": Ref(buf="predictions" if verify else "next_token")}))
+                "logits": logits, "out": PREDICTIONS if verify else NEXT_TOKEN}))
 
     if pending_splitk is not None:
         F.fail(pending_splitk.where(program, "gemm"), "split-K GEMM without its reduce")
@@ -473,9 +430,8 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
         ops = ops[:last_v]          # prefill fills the KV state only
     elif not any(o.kind == "argmax" for o in ops):
         raise WiringError(f"{program} (group {group}): no argmax at the end of the forward")
-    _dataflow(program, ops)
-    used = {ref.buf for o in ops for _, ref in o.ptrs.values()} | \
-           {v.buf for o in ops for v in o.args.values() if isinstance(v, Ref)}
+    check_dataflow(program, ops)
+    used = used_buffers(ops)
     bufs = {k: b for k, b in acts.bufs.items() if k in used}
     return Program(program, 1 if decode else TOK, ops, bufs)
 
@@ -508,30 +464,3 @@ def _last_row_reader(facts: Facts, s: Site, group: int, final_norm: tuple[int, R
                    f"lm_head reads A at the last of the {tokens} rows of the final norm's "
                    f"output")
     return ref
-
-
-def _dataflow(program: str, ops: list[Op]) -> None:
-    """Every workspace a kept op reads was written by an earlier kept op (the dropped
-    captured kernels must have had no other consumers)."""
-    written = {"token_ids", "positions", "pos0"}
-    def reads(o: Op) -> tuple[list[str], list[str]]:
-        if o.kind == "mined":
-            r = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("in", "inout")]
-            w = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("out", "inout")]
-            return r, w
-        a = o.args
-        if o.kind == "gemm":
-            return [a["a"].buf], [a["c"].buf]
-        if o.kind == "attention":
-            return [a["q"].buf], [a["out"].buf]
-        if o.kind == "argmax":
-            return [a["logits"].buf], [a["out"].buf]
-        return [], [a["out"].buf]
-    for o in ops:
-        r, w = reads(o)
-        for b in r:
-            if b not in written and not b.startswith("model."):
-                where = o.site.where(program, o.label) if o.site else f"{program}: {o.label}"
-                raise WiringError(f"{where}: reads `{b}`, which no wired kernel wrote before "
-                                  f"(its captured producer was dropped or replaced elsewhere)")
-        written.update(w)
