@@ -16,7 +16,8 @@ from kern_gen.llama import config as C
 from kern_gen.llama import merge as M
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.facts import load
-from kern_gen.llama.generate import ARCHS, choose_groups
+from kern_gen.llama.arch import ARCHS
+from kern_gen.llama.generate import choose_groups
 from kern_gen.llama.ir import Op, Program, Ref, reads, writes
 from kern_gen.llama.wiring import wire
 

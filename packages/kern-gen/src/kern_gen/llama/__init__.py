@@ -9,6 +9,8 @@ Modules, in pipeline order:
                     (pointers named against the sidecar, scalar fits, parameter ABI);
 - :mod:`.ir`        ops, buffer refs (``Ref``: a buffer or a named state), programs, the
                     dataflow check;
+- :mod:`.arch`      one record per model family (roles, q/k kernel layouts and literals),
+                    ``ARCHS``; :mod:`.qwen3` holds Qwen3's differences;
 - :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
                     it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
 - :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);

@@ -18,14 +18,12 @@ import kern_manifest
 
 from . import config as C
 from . import merge as M
+from .arch import ARCHS
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .report import readme
 from .wiring import Program, wire
-
-ARCHS = {"llama": False, "qwen3": True}
-"""model_type -> per-head q/k RMSNorm (Qwen3 = Llama + q_norm/k_norm before rope)."""
 
 KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
 
@@ -99,7 +97,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     C.compare(cfg, captured, str(config or "sidecar config"))
     if cfg.model_type not in ARCHS:
         raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
-    qk_norm = ARCHS[cfg.model_type]
+    arch = ARCHS[cfg.model_type]
     cache = facts.sidecar["cache"]
     if cache.get("kind") != "static":
         raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
@@ -113,9 +111,9 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     # merged projections (merge.py): one per merged weight in decode, weight views in prefill
     # and verify (verify = the prefill graph's whole forward with logits for every row)
     programs: list[Program] = [
-        M.view_weights(wire(facts, cfg, "prefill", pg, max_len, qk_norm), cfg),
-        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, qk_norm), cfg),
-        M.view_weights(wire(facts, cfg, "verify", pg, max_len, qk_norm), cfg)]
+        M.view_weights(wire(facts, cfg, "prefill", pg, max_len, arch), cfg),
+        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, arch), cfg),
+        M.view_weights(wire(facts, cfg, "verify", pg, max_len, arch), cfg)]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
     asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)",
@@ -143,7 +141,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()
-    text = readme(facts, cfg, asm, programs, dg, pg, max_len, tmax, command)
+    text = readme(facts, cfg, arch, asm, programs, dg, pg, max_len, tmax, command)
     return Result(mbytes, pbytes, text.encode(), cubins)
 
 

@@ -33,99 +33,13 @@ written earlier by a kept or substituted kernel (:func:`.ir.check_dataflow`).
 
 from __future__ import annotations
 
+from .arch import Arch
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts, Site
 from . import falsify as F
 from .ir import (KV, LOGITS, NEXT_TOKEN, POSITIONS, PREDICTIONS, TOK, Buf, Op, Program, Ref,
                  check_dataflow, mul, used_buffers)
-
-# --- roles ------------------------------------------------------------------------------
-
-DROP = ("flex_attention", "clone_expand_unsqueeze", "new_zeros", "_sort_", "sort_sum",
-        "RangeFactories", "fused_add_arange_1", "add_arange_constant_pad", "add_copy_",
-        "to_copy_unsqueeze", "bmm_expand_unsqueeze", "index_put", "slice_sum_transpose")
-
-
-def role_of(site: Site, qk_norm: bool = False) -> str:
-    n = site.name
-    if site.info.replay == "extra" and n.startswith("nvjet"):
-        return "gemm"
-    if "cublasLt" in n and "splitKreduce" in n:
-        return "splitk_reduce"
-    if qk_norm:
-        # Qwen3's per-head q/k RMSNorm (prefill graphs): a variance kernel `mean(x^2)` per
-        # (token, head) for q and k, and the q rope split into a `sin` half (writes
-        # rotate_half(norm(q)) * sin) and a `cos` half (in place on q, adds the sin half)
-        if "mean_pow_view" in n and "rsqrt" not in n:
-            return "qk_var"
-        if "rsqrt" in n and "sin" in n and "cos" not in n and "flex_attention" not in n:
-            return "q_rope_sin"
-        if ("rsqrt" in n and "cos" in n and "index_copy" not in n
-                and "flex_attention" not in n):
-            return "q_rope"
-    if n.startswith("triton_poi") and "flex_attention" in n and "_t_transpose" in n:
-        return "attn_transpose"
-    if "cutlass" in n and "sgemm" in n:
-        return "rope_angles"
-    if "ArgMaxOps" in n:
-        return "argmax"
-    if n.startswith("triton_poi_fused_embedding"):
-        return "embed"
-    if "mean_mul_pow_rsqrt" in n and "cos" not in n:
-        return "norm"
-    if "flex_attention_mm" in n:
-        return "attn_transpose"
-    if "mul_silu" in n:
-        return "silu"
-    if "index_copy" in n and "cos" in n:
-        return "k_rope_cache"
-    if "index_copy" in n:
-        return "v_cache"
-    if "cos" in n and "sin" in n and "flex_attention" not in n:
-        return "q_rope"
-    if any(d in n for d in DROP):
-        return "drop"
-    raise WiringError(f"site {site.index} `{n}` (group {site.group}): no role in the "
-                      f"Llama wiring; the capture has a kernel the wiring does not know")
-
-
-# Pointer parameters of the mined q/k kernels, in parameter order, by architecture
-# (``qk_norm``) and graph (``decode``).  Names: q/k = the projection output (read), q_io = q
-# read and written in place, out = the roped q, angles = rope angles, norm_w = the q/k
-# RMSNorm weight, var = the per-(token, head) f32 mean of squares, sin = the sin half of the
-# q rope, positions = the i64 positions input, cache = this layer's K cache.
-LAYOUT: dict[tuple[bool, str, bool], tuple[str, ...]] = {
-    (False, "q_rope", True): ("q", "angles", "out"),
-    (False, "q_rope", False): ("q", "angles", "out"),
-    (False, "k_rope_cache", True): ("positions", "k", "angles", "cache"),
-    (False, "k_rope_cache", False): ("positions", "k", "angles", "cache"),
-    (True, "q_rope", True): ("out", "q", "norm_w", "angles"),
-    (True, "q_rope", False): ("q_io", "norm_w", "var", "angles", "sin"),
-    (True, "q_rope_sin", False): ("norm_w", "q", "var", "angles", "out"),
-    (True, "qk_var", False): ("x", "var"),
-    (True, "k_rope_cache", True): ("k", "norm_w", "angles", "positions", "cache"),
-    (True, "k_rope_cache", False): ("norm_w", "k", "var", "angles", "positions", "cache"),
-}
-
-
-def _scalars(cfg: ModelConfig, qk_norm: bool, role: str, decode: bool, which: str = "q"
-             ) -> list:
-    """The scalar literals (after Inductor's layout) each mined q/k kernel must carry."""
-    H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
-    if not qk_norm:
-        return {("q_rope", True): [cfg.q_width], ("q_rope", False): [TOK, mul(TOK, cfg.q_width)],
-                ("k_rope_cache", True): [cfg.kv_width],
-                ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
-    return {("q_rope", True): [H, D], ("q_rope", False): [TOK, mul(TOK, H), D],
-            ("q_rope_sin", False): [TOK, D, mul(TOK, H)],
-            ("qk_var", False): [mul(TOK, H if which == "q" else KV), D],
-            ("k_rope_cache", True): [KV, D],
-            ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
-
-
-WEIGHTS_PER_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                     "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 class _Acts:
@@ -152,10 +66,9 @@ class _Acts:
 
 
 def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
-         qk_norm: bool = False) -> Program:
-    """Walk the group's sites in call order and emit the program's ops (see module doc).
-    ``qk_norm``: Qwen3 (per-head q/k RMSNorm fused into the q/k rope kernels, see
-    :data:`LAYOUT`).
+         arch: Arch) -> Program:
+    """Walk the group's sites in call order and emit the program's ops (see module doc);
+    ``arch``: the model family's roles, q/k kernel layouts and literals (:mod:`.arch`).
 
     ``program``: ``decode`` (the one-token group), ``prefill`` or ``verify`` (both the dynamic
     group).  ``prefill`` stops after the last V-cache write; ``verify`` keeps the whole
@@ -168,20 +81,19 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
     acts = _Acts(program, decode)
     ops: list[Op] = []
     L = cfg.layers
-    gemm_names = [f"model.layers.{i}.{w}.weight" for i in range(L) for w in WEIGHTS_PER_LAYER]
-    gemm_names.append("lm_head.weight" if not cfg.tie_embeddings and
-                      "lm_head.weight" in facts.weights else "model.embed_tokens.weight")
-    norm_names = [f"model.layers.{i}.{w}.weight" for i in range(L)
-                  for w in ("input_layernorm", "post_attention_layernorm")] + ["model.norm.weight"]
-    count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu",
-                            "q_rope_sin", "qk_var")}
+    gemm_names = arch.gemm_weights(cfg, "lm_head.weight" in facts.weights)
+    norm_names = arch.norm_weights(cfg)
+    per_gemm_layer = len(arch.layer_gemms)
+    expected = {"gemm": len(gemm_names), "norm": len(norm_names),
+                **{r: n * L for r, n in arch.sites_per_layer(decode).items()}}
+    count = dict.fromkeys(expected, 0)
     pending_splitk: Site | None = None
 
     def bind(s: Site, role: str, layer: int, where: str, labels: dict[str, str]
              ) -> dict[str, tuple[int, int, str, Ref]]:
-        """Name the site's pointer parameters by :data:`LAYOUT`: name -> (param, address,
+        """Name the site's pointer parameters by ``arch.layout``: name -> (param, address,
         direction, ref), buffers taken in parameter order."""
-        names = LAYOUT.get((qk_norm, role, decode))
+        names = arch.layout.get((role, decode))
         if names is None:
             F.fail(where, f"no `{role}` kernel in the {program} graph of this architecture")
         flat = s.flat_ptrs()
@@ -206,7 +118,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                 if role == "qk_var" and nm == "var":
                     d = "out"
                 out[nm] = (p, a, d, acts.get(a, dt, wd, f"L{layer}.{labels[nm]}"))
-        if qk_norm and (role != "qk_var"):
+        if role in arch.eps_roles:
             F.eps_literal(facts, s, cfg.eps, where)
         return out
     layer_q: dict[int, tuple[Ref, Site]] = {}
@@ -221,7 +133,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
     logits: Ref | None = None                     # the lm_head GEMM's output
 
     for s in sites:
-        role = role_of(s, qk_norm)
+        role = arch.role_of(s)
         if role == "drop":
             continue
         if role == "splitk_reduce":
@@ -273,9 +185,9 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             n_out, k_in = w.shape
             lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
             short = lab.split(".")[-1]
-            gemm_c[f"{k // 7}.{short}"] = s.ptrs[(0, 328)]
+            gemm_c[f"{k // per_gemm_layer}.{short}"] = s.ptrs[(0, 328)]
             if short == "o_proj":
-                layer = k // 7
+                layer = k // per_gemm_layer
                 q, qsite = layer_q.get(layer, (None, None))
                 if q is None:
                     F.fail(where, f"layer {layer}: o_proj before any q rope")
@@ -337,7 +249,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             b = bind(s, role, layer, where, {"x": which, "var": f"{which}_var"})
             F.same_address(b["x"][1], gemm_c.get(f"{layer}.{which}_proj"), where,
                            f"{which} variance reads {which} at the {which}_proj GEMM output")
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode, which), where)
+            F.scalars_are(s, arch.scalars(cfg, role, decode, which), where)
             ops.append(Op("mined", f"L{layer}.{which}_var", s,
                           ptrs={p: (d, r) for p, _, d, r in b.values()}))
         elif role in ("q_rope", "q_rope_sin"):
@@ -348,7 +260,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                                              "out": "q_sin" if sin else "q_rot", "x": "q"})
             F.same_address(b["q" if "q" in b else "q_io"][1], gemm_c.get(f"{layer}.q_proj"),
                            where, "q rope reads q at the q_proj GEMM output (offset 0)")
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
+            F.scalars_are(s, arch.scalars(cfg, role, decode), where)
             if not sin:
                 layer_q[layer] = (b["out" if "out" in b else "q_io"][3], s)
             ops.append(Op("mined", f"L{layer}.{role}", s,
@@ -361,7 +273,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                            "k rope reads k at the k_proj GEMM output (offset 0)")
             t = F.cache_is(facts, s, b["cache"][0], f"layers.{layer}.keys", where)
             F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
+            F.scalars_are(s, arch.scalars(cfg, role, decode), where)
             ops.append(Op("mined", f"L{layer}.k_rope_cache", s,
                           ptrs={p: (d, r) for p, _, d, r in b.values()}))
         elif role == "v_cache":
@@ -418,10 +330,6 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
 
     if pending_splitk is not None:
         F.fail(pending_splitk.where(program, "gemm"), "split-K GEMM without its reduce")
-    expected = {"gemm": len(gemm_names), "norm": len(norm_names), "k_rope_cache": L,
-                "v_cache": L, "q_rope": L, "silu": L,
-                "q_rope_sin": L if qk_norm and not decode else 0,
-                "qk_var": 2 * L if qk_norm and not decode else 0}
     for r, n in expected.items():
         if count[r] != n:
             raise WiringError(f"{program} (group {group}): {count[r]} `{r}` sites; the model "
