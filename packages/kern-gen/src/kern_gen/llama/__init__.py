@@ -11,6 +11,7 @@ Modules, in pipeline order:
                     dataflow check;
 - :mod:`.arch`      one record per model family (roles, q/k kernel layouts and literals),
                     ``ARCHS``; :mod:`.qwen3` holds Qwen3's differences;
+- :mod:`.kv`        the KV state's layout (per-layer K/V offsets, strides, total bytes);
 - :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
                     it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
 - :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);

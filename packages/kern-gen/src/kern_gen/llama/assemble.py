@@ -9,11 +9,8 @@ projections ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` (rows concatenated, 
 ``concat``; :mod:`.merge`); ``model.rotary_emb.inv_freq`` is a derived weight (export plan
 ``rope_inv_freq``).
 
-KV state: the captured cache writers bake HF StaticCache's layout ``[kv_heads, max_len,
-head_dim]`` per layer (their only scalars are token counts and head sizes; the strides are
-compiled in), so the state is ``bytes_fixed`` = 2 x layers x that block: layer ``l``'s K at
-``2l x block``, V at ``(2l+1) x block``, and the attention kernels are told the same strides
-(slot ``head_dim``, head ``max_len x head_dim`` elements).
+KV state: ``bytes_fixed`` and the attention kernels' strides come from the one
+:class:`.kv.KVLayout` the wiring binds the cache writers with.
 """
 
 from __future__ import annotations
@@ -26,8 +23,9 @@ from typing import Any
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
-from .ir import (LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op, Program,
-                 Ref, is_weight)
+from .kv import KVLayout
+from .ir import (KV, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op,
+                 Program, Ref, is_weight)
 
 ARGMAX_PARTS = 64
 PROGRAMS = ("prefill", "decode", "verify")
@@ -43,9 +41,9 @@ class CubinSource:
 
 
 class Assembler:
-    def __init__(self, facts: Facts, cfg: ModelConfig, max_len: int, own_sha: dict[str, str],
+    def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own_sha: dict[str, str],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None) -> None:
-        self.facts, self.cfg, self.max_len = facts, cfg, max_len
+        self.facts, self.cfg, self.kv = facts, cfg, kv
         self.merged = merged or {}      # merged weight -> [(part, first row)]
         self.own_sha = own_sha
         self.kernels: dict[str, dict[str, Any]] = {}
@@ -55,7 +53,6 @@ class Assembler:
         self.sources: dict[str, str] = {}        # kernel name -> source line for the report
         self.label = label
         self.dispatch_counts: dict[str, list[int]] = {}
-        self.kv_block = cfg.kv_heads * max_len * cfg.head_dim * 2
 
     # --- buffers --------------------------------------------------------------------------
     def _buf(self, name: str, dtype: str, shape: list, cls: str) -> None:
@@ -215,14 +212,16 @@ class Assembler:
         ``0 .. pos0 + t``): ``verify`` has few rows (k + 1 <= 16 by the caller contract), for
         which a 64-row query tile would idle and a split over the keys keeps the SMs busy."""
         cfg = self.cfg
-        D, H, KV = cfg.head_dim, cfg.heads, cfg.kv_heads
+        D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
         if D not in (64, 128):
             raise WiringError(f"own attention has head_dim 64 or 128; the model has {D}")
-        strides = [{"i64": D}, {"i64": self.max_len * D}, {"i64": D}, {"i64": self.max_len * D}]
+        kv = self.kv           # K then V: slot, head strides (elements)
+        strides = [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
+                   {"i64": kv.head_stride}]
         scale = {"f32": 1.0 / math.sqrt(D)}
         a = op.args
         if program != "prefill":
-            S = decode_splits(KV)
+            S = decode_splits(KVH)
             r = "tokens" if rows == TOK else rows
             iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
             body = {"params": iface, "impl": {
@@ -234,11 +233,11 @@ class Assembler:
                                            "in buffer<i32>", "out buffer<f32>", "out buffer<f32>",
                                            "i32", "i64", "i64", "i64", "i64", "i32", "i32",
                                            "f32"],
-                                   block=[128, 1, 1], grid=[KV, S, rows],
+                                   block=[128, 1, 1], grid=[KVH, S, rows],
                                    args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
                                          {"scratch": "part_ml"}, {"scratch": "part_acc"},
                                          {"i32": cfg.q_width}, *strides, {"i32": H},
-                                         {"i32": KV}, scale]),
+                                         {"i32": KVH}, scale]),
                     self._own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
                                    params=["in buffer<f32>", "in buffer<f32>",
                                            "out buffer<bf16>", "i32", "i32"],
@@ -259,7 +258,7 @@ class Assembler:
                                block=[128, 1, 1], grid=[{"ceil_div": [TOK, 64]}, H, 1],
                                shared_mem=81920 if D == 128 else 40960,
                                args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
-                                     {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KV},
+                                     {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
                                      {"arg": 5}, scale])]}}
             name = self._kernel("prefill.attention", body, "own flash prefill attention")
             extra = [{"sym": "tokens"}]
@@ -327,7 +326,7 @@ class Assembler:
         return {
             "meta": {"version": 2, "model": self.label},
             "symbols": {"tokens": {"max": tokens_max}},
-            "states": {"kv": {"bytes_fixed": 2 * cfg.layers * self.kv_block}},
+            "states": {KV: {"bytes_fixed": self.kv.total_bytes}},
             "buffers": bufs,
             "kernels": self.kernels,
             "programs": {k: progs[k] for k in PROGRAMS if k in progs},

@@ -22,6 +22,7 @@ from .arch import ARCHS
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
+from .kv import KVLayout
 from .report import readme
 from .wiring import Program, wire
 
@@ -116,7 +117,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         M.view_weights(wire(facts, cfg, "verify", pg, max_len, arch), cfg)]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-    asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)",
+    kv = KVLayout.of(cfg, max_len)
+    asm = Assembler(facts, cfg, kv, own_sha, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg))
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
@@ -141,7 +143,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()
-    text = readme(facts, cfg, arch, asm, programs, dg, pg, max_len, tmax, command)
+    text = readme(facts, cfg, arch, asm, programs, dg, pg, kv, tmax, command)
     return Result(mbytes, pbytes, text.encode(), cubins)
 
 

@@ -8,18 +8,19 @@ from __future__ import annotations
 from .arch import Arch
 from .config import ModelConfig
 from .facts import Facts
-from .ir import Program
+from .ir import KV, Program
+from .kv import KVLayout
 
 
 def readme(facts: Facts, cfg: ModelConfig, arch: Arch, asm, programs: list[Program], dg: int,
-           pg: int, max_len: int, tmax: int, command: str) -> str:
+           pg: int, kv: KVLayout, tmax: int, command: str) -> str:
     """The report: model and capture, kernels and their sources, wiring decisions, facts."""
-    sections = (_model(facts, cfg, asm, dg, pg, max_len, tmax, command), _kernels(asm),
+    sections = (_model(facts, cfg, asm, dg, pg, kv, tmax, command), _kernels(asm),
                 _decisions(arch), _facts(arch))
     return "\n".join(line for sec in sections for line in sec) + "\n"
 
 
-def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, max_len: int, tmax: int,
+def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, tmax: int,
            command: str) -> list[str]:
     g_dec, g_pre = facts.group(dg), facts.group(pg)
     L: list[str] = []
@@ -41,9 +42,9 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, max_len: int, 
       f"group {dg} ({len(g_dec.forwards)} one-token forwards, all grids constant), prefill "
       f"from group {pg} (forwards of {g_pre.tokens} tokens, grids and scalars fitted as "
       f"expressions of `tokens`)")
-    w(f"- KV state `kv`: `bytes_fixed` {2 * cfg.layers * asm.kv_block} = 2 x {cfg.layers} "
-      f"layers x [{cfg.kv_heads}, {max_len}, {cfg.head_dim}] bf16 (HF StaticCache layout, "
-      f"baked into the captured cache writers). **Context limit: {max_len} positions** (the "
+    w(f"- KV state `{KV}`: `bytes_fixed` {kv.total_bytes} = 2 x {kv.layers} "
+      f"layers x [{kv.kv_heads}, {kv.max_len}, {kv.head_dim}] bf16 (HF StaticCache layout, "
+      f"baked into the captured cache writers). **Context limit: {kv.max_len} positions** (the "
       f"captured cache length); `tokens.max` = {tmax}.\n")
     return L
 

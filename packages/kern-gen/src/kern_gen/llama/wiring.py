@@ -38,7 +38,8 @@ from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts, Site
 from . import falsify as F
-from .ir import (KV, LOGITS, NEXT_TOKEN, POSITIONS, PREDICTIONS, TOK, Buf, Op, Program, Ref,
+from .kv import KVLayout
+from .ir import (LOGITS, NEXT_TOKEN, POSITIONS, PREDICTIONS, TOK, Buf, Op, Program, Ref,
                  check_dataflow, mul, used_buffers)
 
 
@@ -79,6 +80,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
     verify = program == "verify"
     sites = facts.sites(group)
     acts = _Acts(program, decode)
+    kv = KVLayout.of(cfg, max_len)
     ops: list[Op] = []
     L = cfg.layers
     gemm_names = arch.gemm_weights(cfg, "lm_head.weight" in facts.weights)
@@ -109,7 +111,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                 F.weight_is(facts, s, (p, 0), w, where)
                 out[nm] = (p, a, "in", Ref(buf=w))
             elif nm == "cache":
-                out[nm] = (p, a, "inout", Ref(state=KV, offset=2 * layer * kv_bytes))
+                out[nm] = (p, a, "inout", kv.k(layer))
             else:
                 d = {"out": "out", "q_io": "inout"}.get(nm, "in")
                 dt, wd = ("f32", cfg.heads if labels.get("x") == "q" else cfg.kv_heads) \
@@ -127,7 +129,6 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
     gemm_c: dict[str, int] = {}
     angles: Ref | None = None
     last_v = -1
-    kv_bytes = cfg.kv_heads * max_len * cfg.head_dim * 2
     dyn = not decode
     final_norm: tuple[int, Ref] | None = None     # (address, ref) of model.norm's output
     logits: Ref | None = None                     # the lm_head GEMM's output
@@ -208,8 +209,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
                                    "transpose's output")
                 out = acts.get(s.ptrs[(0, 240)], "bf16", cfg.q_width, f"L{layer}.attn.out")
                 ops.append(Op("attention", f"L{layer}.attn", None, args={
-                    "q": q, "k": Ref(state=KV, offset=2 * layer * kv_bytes),
-                    "v": Ref(state=KV, offset=(2 * layer + 1) * kv_bytes), "out": out}))
+                    "q": q, "k": kv.k(layer), "v": kv.v(layer), "out": out}))
             a = acts.get(s.ptrs[(0, 240)], "bf16", k_in, f"{lab}.in")
             if verify and k == len(gemm_names) - 1:
                 a = _last_row_reader(facts, s, group, final_norm, cfg.hidden, where)
@@ -272,7 +272,7 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             F.same_address(b["k"][1], gemm_c.get(f"{layer}.k_proj"), where,
                            "k rope reads k at the k_proj GEMM output (offset 0)")
             t = F.cache_is(facts, s, b["cache"][0], f"layers.{layer}.keys", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
+            F.cache_layout(t, kv, where)
             F.scalars_are(s, arch.scalars(cfg, role, decode), where)
             ops.append(Op("mined", f"L{layer}.k_rope_cache", s,
                           ptrs={p: (d, r) for p, _, d, r in b.values()}))
@@ -283,12 +283,12 @@ def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
             F.same_address(flat[1][1], gemm_c.get(f"{layer}.v_proj"), where,
                            "V-cache write reads v at the v_proj GEMM output (offset 0)")
             t = F.cache_is(facts, s, flat[2][0], f"layers.{layer}.values", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
+            F.cache_layout(t, kv, where)
             F.scalars_are(s, [mul(TOK, cfg.kv_width)] if dyn else [cfg.kv_width], where)
             vin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
             ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
                 flat[0][0]: ("in", POSITIONS), flat[1][0]: ("in", vin),
-                flat[2][0]: ("inout", Ref(state=KV, offset=(2 * layer + 1) * kv_bytes))}))
+                flat[2][0]: ("inout", kv.v(layer))}))
             last_v = len(ops)
         elif role == "attn_transpose":
             # prefill only: the captured flex attention's output is head-major
