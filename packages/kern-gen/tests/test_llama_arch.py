@@ -1,6 +1,7 @@
 """The architecture table (``kern_gen.llama.arch.ARCHS``): every row is consistent (each role
-its layouts, literals and site counts name is one its rules can yield), kernel names map to
-the family's roles, and a new family is a new record over the Llama base."""
+its layouts, literals and site counts name is one its rules can yield, and has a handler in
+``roles.HANDLERS``), kernel names map to the family's roles, and a new family is a new record
+over the Llama base."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from kern_gen.llama import WiringError
 from kern_gen.llama.arch import ARCHS, LLAMA, Rule
 from kern_gen.llama.config import ModelConfig
+from kern_gen.llama.roles import HANDLERS
 
 CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=2, heads=4,
                   kv_heads=2, head_dim=16, eps=1e-6, rope_theta=1e4, tie_embeddings=True)
@@ -26,6 +28,7 @@ def test_every_row_names_only_roles_its_rules_yield(name):
     arch = ARCHS[name]
     assert arch.name == name
     roles = {r.role for r in arch.rules}
+    assert roles <= set(HANDLERS), "every role the rules yield has a handler (roles.py)"
     assert {role for role, _ in arch.layout} <= roles
     assert set(arch.layer_sites) <= roles and arch.eps_roles <= roles
     for role, decode in arch.layout:

@@ -12,8 +12,9 @@ Modules, in pipeline order:
 - :mod:`.arch`      one record per model family (roles, q/k kernel layouts and literals),
                     ``ARCHS``; :mod:`.qwen3` holds Qwen3's differences;
 - :mod:`.kv`        the KV state's layout (per-layer K/V offsets, strides, total bytes);
-- :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
-                    it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
+- :mod:`.wiring`    the hand-written wiring: the walk over the captured call sites;
+- :mod:`.roles`     one handler per role: what a captured site does, per layer; it *asserts*
+                    every fact it relies on (:mod:`.falsify`) and yields ops;
 - :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);
 - :mod:`.command`   the thin Typer commands.
 """
