@@ -19,7 +19,9 @@ from kern_gen.llama.facts import load
 from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.generate import choose_groups
 from kern_gen.llama.ir import Op, Program, Ref, reads, writes
-from kern_gen.llama.wiring import wire
+from kern_gen.llama.kv import KVLayout
+from kern_gen.llama.programs import PROGRAMS
+from kern_gen.llama.wiring import Inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,9 +36,8 @@ def wired(request, tmp_path_factory):
     cfg = C.load(cfg_path)
     dg, pg = choose_groups(facts)
     max_len = int(facts.sidecar["cache"]["max_len"])
-    qk = ARCHS[cfg.model_type]
-    return (cfg, wire(facts, cfg, "decode", dg, max_len, qk),
-            wire(facts, cfg, "prefill", pg, max_len, qk))
+    g = Inputs(facts, cfg, ARCHS[cfg.model_type], KVLayout.of(cfg, max_len), dg, pg)
+    return (cfg, PROGRAMS["decode"](g), PROGRAMS["prefill"](g))
 
 
 def _args(o: Op) -> list[tuple[str, Ref]]:

@@ -15,7 +15,10 @@ Modules, in pipeline order:
 - :mod:`.wiring`    the hand-written wiring: the walk over the captured call sites;
 - :mod:`.roles`     one handler per role: what a captured site does, per layer; it *asserts*
                     every fact it relies on (:mod:`.falsify`) and yields ops;
-- :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);
+- :mod:`.programs`  ``PROGRAMS``: each program cut from one captured graph;
+- :mod:`.merge`     merged q/k/v and gate/up projections;
+- :mod:`.assemble`  ops -> manifest (``EMIT``: mined kernels, ``GEMM_IMPLS``, :mod:`.own`),
+                    export plan, kernels directory (mined + own cubins);
 - :mod:`.command`   the thin Typer commands.
 """
 

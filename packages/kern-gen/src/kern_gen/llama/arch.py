@@ -91,6 +91,9 @@ def llama_scalars(cfg: ModelConfig, role: str, decode: bool, which: str = "q") -
 LLAMA_LAYER_SITES: Mapping[str, tuple[int, int]] = {
     "k_rope_cache": (1, 1), "v_cache": (1, 1), "q_rope": (1, 1), "silu": (1, 1)}
 
+EMBED = "model.embed_tokens.weight"          # the embedding table (and the tied lm_head)
+INV_FREQ = "model.rotary_emb.inv_freq"       # f32 [head_dim/2], derived by the export plan
+
 # Each layer's GEMM weights, in the captured call order, and its RMSNorm weights.
 LAYER_GEMMS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -124,7 +127,7 @@ class Arch:
         names = [f"model.layers.{i}.{w}.weight" for i in range(cfg.layers)
                  for w in self.layer_gemms]
         names.append("lm_head.weight" if not cfg.tie_embeddings and own_lm_head
-                     else "model.embed_tokens.weight")
+                     else EMBED)
         return names
 
     def norm_weights(self, cfg: ModelConfig) -> list[str]:

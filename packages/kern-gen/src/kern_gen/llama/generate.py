@@ -18,13 +18,14 @@ import kern_manifest
 
 from . import config as C
 from . import merge as M
-from .arch import ARCHS
+from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .kv import KVLayout
+from .programs import build
 from .report import readme
-from .wiring import Program, wire
+from .wiring import Inputs
 
 KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
 
@@ -108,16 +109,10 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)
-    # wired as captured (every assertion runs on the captured GEMMs), then the GEMMs of
-    # merged projections (merge.py): one per merged weight in decode, weight views in prefill
-    # and verify (verify = the prefill graph's whole forward with logits for every row)
-    programs: list[Program] = [
-        M.view_weights(wire(facts, cfg, "prefill", pg, max_len, arch), cfg),
-        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, arch), cfg),
-        M.view_weights(wire(facts, cfg, "verify", pg, max_len, arch), cfg)]
+    kv = KVLayout.of(cfg, max_len)
+    programs = build(Inputs(facts, cfg, arch, kv, dg, pg))
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-    kv = KVLayout.of(cfg, max_len)
     asm = Assembler(facts, cfg, kv, own_sha, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg))
     doc = asm.manifest(programs, tmax)
@@ -139,7 +134,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
             raise WiringError(f"module {src.module}: the capture's cubin does not hash to its "
                               f"name")
         cubins[file] = data
-    plan = {"version": 1, "weights": {**M.plan_entries(), "model.rotary_emb.inv_freq": {
+    plan = {"version": 1, "weights": {**M.plan_entries(), INV_FREQ: {
         "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()

@@ -65,6 +65,12 @@ def _part_of(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     return {p: (m, row) for m, parts in merged_weights(cfg).items() for p, row in parts}
 
 
+def merge_projections(prog: Program, cfg: ModelConfig) -> Program:
+    """One-token programs (``decode``) merge their part GEMMs; dynamic ones (``prefill``,
+    ``verify``) read weight views: their mined readers need ``[tokens, n]`` rows of their own."""
+    return merge_gemms(prog, cfg) if prog.rows == 1 else view_weights(prog, cfg)
+
+
 def view_weights(prog: Program, cfg: ModelConfig) -> Program:
     """``prefill``: each part GEMM reads its weight as a view into the merged buffer."""
     part_of = _part_of(cfg)

@@ -53,11 +53,11 @@ def _kernels(asm) -> list[str]:
     L: list[str] = []
     w = L.append
     w("## Kernels and where they come from\n")
-    w("| kernel | source | dispatches (prefill / decode / verify) |")
+    w(f"| kernel | source | dispatches ({' / '.join(asm.programs)}) |")
     w("|---|---|---|")
     for name, src in asm.sources.items():
-        c = asm.dispatch_counts.get(name, (0, 0, 0))
-        w(f"| `{name}` | {src} | {c[0]} / {c[1]} / {c[2]} |")
+        c = asm.dispatch_counts.get(name, [0] * len(asm.programs))
+        w(f"| `{name}` | {src} | {' / '.join(map(str, c))} |")
     w("")
     w("Mined cubins are copied byte for byte from the capture's `modules/` (file = first 16 "
       "hex digits of the module sha256, which is also the pin). Own kernels are built from "

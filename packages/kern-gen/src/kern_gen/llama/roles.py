@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from . import falsify as F
+from .arch import EMBED, INV_FREQ
 from .facts import Site
-from .ir import LOGITS, NEXT_TOKEN, POSITIONS, PREDICTIONS, TOK, Op, Ref, mul
+from .ir import POSITIONS, TOK, Op, Ref, mul
 
 if TYPE_CHECKING:
     from .wiring import Wiring
@@ -28,9 +29,6 @@ GEMM_A, GEMM_W, GEMM_C, GEMM_WORKSPACE = (0, 240), (0, 176), (0, 328), (0, 688)
 # cutlass sgemm of the rope angles (``D = A @ B + C``, C = D in place): one operand is
 # ``inv_freq``, the other the positions.
 SGEMM_A, SGEMM_B, SGEMM_C, SGEMM_D = (0, 280), (0, 288), (0, 296), (0, 304)
-
-EMBED = "model.embed_tokens.weight"
-INV_FREQ = "model.rotary_emb.inv_freq"
 
 Handler = Callable[["Wiring", Site], None]
 
@@ -163,7 +161,7 @@ def wire_argmax(w: Wiring, s: Site) -> None:
     if w.logits is None:
         F.fail(where, "argmax before the lm_head GEMM")
     w.ops.append(Op("argmax", "argmax", s, args={
-        "logits": w.logits, "out": PREDICTIONS if w.verify else NEXT_TOKEN}))
+        "logits": w.logits, "out": w.cut.argmax_out}))
 
 
 def _attention(w: Wiring, s: Site, layer: int, where: str) -> None:
@@ -196,7 +194,7 @@ def _attention(w: Wiring, s: Site, layer: int, where: str) -> None:
 def wire_gemm(w: Wiring, s: Site) -> None:
     """nvjet GEMM -> the GEMM extern, A/W/C from the packed struct; W is the weight the
     wiring names (the layers' in call order, then lm_head).  o_proj is preceded by the own
-    attention; lm_head writes the program's logits."""
+    attention; lm_head reads and writes where the program's cut says."""
     k, where = w.enter(s, "gemm")
     names = w.gemm_names
     if k >= len(names):
@@ -213,10 +211,10 @@ def wire_gemm(w: Wiring, s: Site) -> None:
         _attention(w, s, layer, where)
     a = w.acts.get(s.ptrs[GEMM_A], "bf16", k_in, f"{lab}.in")
     lm_head = k == len(names) - 1
-    if lm_head and w.verify:
+    if lm_head and w.cut.every_row:
         a = _last_row_reader(w, s, where)
-    if lm_head and w.decode:
-        c = LOGITS
+    if lm_head and w.cut.logits is not None:
+        c = w.cut.logits
     else:
         c = w.acts.get(s.ptrs[GEMM_C], "bf16", n_out, f"{lab}.out")
     if lm_head:
@@ -226,9 +224,10 @@ def wire_gemm(w: Wiring, s: Site) -> None:
 
 
 def _last_row_reader(w: Wiring, s: Site, where: str) -> Ref:
-    """``verify``'s lm_head input: the final norm's whole output.  Asserted: the captured
-    prefill lm_head GEMM reads A at that output's last row of the forward whose addresses the
-    site holds (``(tokens - 1) * hidden`` bf16 elements in), i.e. it is the same tensor."""
+    """The lm_head input of a cut with ``every_row`` (``verify``): the final norm's whole
+    output.  Asserted: the captured prefill lm_head GEMM reads A at that output's last row of
+    the forward whose addresses the site holds (``(tokens - 1) * hidden`` bf16 elements in),
+    i.e. it is the same tensor."""
     if w.final_norm is None:
         F.fail(where, "lm_head GEMM before the final norm (`model.norm`)")
     addr, ref = w.final_norm

@@ -41,7 +41,7 @@ from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts, Site
 from . import falsify as F
-from .ir import TOK, Buf, Op, Program, Ref, check_dataflow, used_buffers
+from .ir import NEXT_TOKEN, TOK, Buf, Op, Program, Ref, check_dataflow, used_buffers
 from .kv import KVLayout
 from .roles import HANDLERS
 
@@ -70,6 +70,30 @@ class Acts:
         return Ref(buf=name)
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What every program is wired from: the facts, the model, its architecture, the KV
+    layout, and the two captured groups (the one-token graph and the dynamic one)."""
+    facts: Facts
+    cfg: ModelConfig
+    arch: Arch
+    kv: KVLayout
+    decode_group: int
+    prefill_group: int
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What a program asks of the walk (:mod:`.programs`): its name, which captured graph,
+    and where the forward's results go."""
+    program: str
+    group: int
+    one_token: bool = False       # the one-token graph (rows = 1); else the dynamic one
+    logits: Ref | None = None     # lm_head's C (None: a workspace of the program)
+    every_row: bool = False       # lm_head multiplies every row of the final norm's output
+    argmax_out: Ref = NEXT_TOKEN  # where the greedy argmax writes
+
+
 @dataclass
 class Wiring:
     """The walk's state, shared by the role handlers (:mod:`.roles`)."""
@@ -77,8 +101,7 @@ class Wiring:
     cfg: ModelConfig
     arch: Arch
     kv: KVLayout
-    program: str                  # decode (the one-token group) | prefill | verify (dynamic)
-    group: int
+    cut: Cut
     acts: Acts
     gemm_names: list[str]         # every GEMM's weight, in call order
     norm_names: list[str]         # every RMSNorm's weight, in call order
@@ -95,24 +118,27 @@ class Wiring:
     last_cache_write: int = -1                 # ops through the last V-cache write
 
     @classmethod
-    def start(cls, facts: Facts, cfg: ModelConfig, arch: Arch, kv: KVLayout, program: str,
-              group: int) -> Wiring:
-        gemms, norms = arch.gemm_weights(cfg, "lm_head.weight" in facts.weights), \
-            arch.norm_weights(cfg)
+    def start(cls, g: Inputs, cut: Cut) -> Wiring:
+        cfg, arch = g.cfg, g.arch
+        gemms = arch.gemm_weights(cfg, "lm_head.weight" in g.facts.weights)
+        norms = arch.norm_weights(cfg)
         expected = {"gemm": len(gemms), "norm": len(norms),
-                    **{r: n * cfg.layers
-                       for r, n in arch.sites_per_layer(program == "decode").items()}}
-        return cls(facts, cfg, arch, kv, program, group, Acts(program), gemms, norms,
-                   expected, dict.fromkeys(expected, 0))
+                    **{r: n * cfg.layers for r, n in arch.sites_per_layer(cut.one_token).items()}}
+        return cls(g.facts, cfg, arch, g.kv, cut, Acts(cut.program), gemms, norms, expected,
+                   dict.fromkeys(expected, 0))
+
+    @property
+    def program(self) -> str:
+        return self.cut.program
+
+    @property
+    def group(self) -> int:
+        return self.cut.group
 
     @property
     def decode(self) -> bool:
-        """Walking the one-token graph (else the dynamic one)."""
-        return self.program == "decode"
-
-    @property
-    def verify(self) -> bool:
-        return self.program == "verify"
+        """Walking the one-token graph (else the dynamic one): layouts and literals differ."""
+        return self.cut.one_token
 
     def enter(self, s: Site, role: str, per_layer: bool = False) -> tuple[int, str]:
         """(index of this site among the role's sites, its ``where`` for messages); a
@@ -143,21 +169,12 @@ class Wiring:
         return Program(self.program, 1 if self.decode else TOK, ops, bufs)
 
 
-def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
-         arch: Arch) -> Program:
-    """Walk the group's sites in call order, each through its role's handler (see the module
-    doc).  ``program``: ``decode`` (the one-token group), ``prefill`` or ``verify`` (both the
-    dynamic group).  ``prefill`` stops after the last V-cache write; ``verify`` keeps the
-    whole forward and computes logits for every row: the captured prefill ``lm_head`` GEMM
-    reads only the last row of the final norm's output (transformers' ``logits_to_keep=1``),
-    which is asserted, and ``verify`` multiplies the whole output instead."""
-    w = Wiring.start(facts, cfg, arch, KVLayout.of(cfg, max_len), program, group)
-    for s in facts.sites(group):
-        HANDLERS[arch.role_of(s)](w, s)
+def wire(g: Inputs, cut: Cut) -> Wiring:
+    """Walk the cut's captured group in call order, each site through its role's handler
+    (see the module doc), and check the site counts; the caller keeps the ops it needs
+    (:mod:`.programs`) and finishes the program (:meth:`Wiring.finish`)."""
+    w = Wiring.start(g, cut)
+    for s in g.facts.sites(cut.group):
+        HANDLERS[g.arch.role_of(s)](w, s)
     w.check_counts()
-    ops = w.ops
-    if program == "prefill":
-        ops = ops[:w.last_cache_write]          # prefill fills the KV state only
-    elif not any(o.kind == "argmax" for o in ops):
-        raise WiringError(f"{program} (group {group}): no argmax at the end of the forward")
-    return w.finish(ops)
+    return w
