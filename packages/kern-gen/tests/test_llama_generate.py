@@ -15,7 +15,7 @@ from kern_mine import decode_json, encode_json, mine
 
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama.command import PRESETS
-from kern_gen.llama.generate import _build_own, write
+from kern_gen.llama.pipeline import _build_own, write
 
 ROOT = Path(__file__).resolve().parents[3]
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc"

@@ -17,7 +17,7 @@ from kern_gen.llama import merge as M
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.facts import load
 from kern_gen.llama.arch import ARCHS
-from kern_gen.llama.generate import choose_groups
+from kern_gen.llama.pipeline import choose_groups
 from kern_gen.llama.ir import Op, Program, Ref, reads, writes
 from kern_gen.llama.kv import KVLayout
 from kern_gen.llama.programs import PROGRAMS

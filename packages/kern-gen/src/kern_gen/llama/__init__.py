@@ -19,10 +19,14 @@ Modules, in pipeline order:
 - :mod:`.merge`     merged q/k/v and gate/up projections;
 - :mod:`.assemble`  ops -> manifest (``EMIT``: mined kernels, ``GEMM_IMPLS``, :mod:`.own`),
                     export plan, kernels directory (mined + own cubins);
+- :mod:`.readme`    the generation report (the example's README.md);
+- :mod:`.pipeline`  facts -> programs -> manifest, plan, cubins, report; writing;
+- :mod:`.repo`      the kern checkout's files (own kernel sources, presets), found from
+                    anywhere;
 - :mod:`.command`   the thin Typer commands.
 """
 
 from .errors import WiringError
-from .generate import generate
+from .pipeline import generate
 
 __all__ = ["WiringError", "generate"]

@@ -18,16 +18,16 @@ import kern_manifest
 
 from . import config as C
 from . import merge as M
+from . import repo
 from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .kv import KVLayout
 from .programs import build
-from .report import readme
+from .readme import readme
 from .wiring import Inputs
 
-KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
 
 
 @dataclass
@@ -39,12 +39,18 @@ class Result:
 
 
 def _build_own(nvcc: str | None) -> dict[str, bytes]:
-    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", KERNELS_SRC / "build.py")
+    """The own kernels, built from the checkout's ``packages/kern-gen/kernels/`` (refused in
+    one line without a checkout or nvcc, or when nvcc fails)."""
+    build_py = repo.find(repo.MARKER, "own kernels' build script")
+    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", build_py)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with tempfile.TemporaryDirectory(prefix="kern-gen-own-") as tmp:
-        mod.build(Path(tmp), nvcc)
+        try:
+            mod.build(Path(tmp), nvcc)
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise WiringError(f"own kernels ({build_py.parent}): {exc}") from None
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
 
 
