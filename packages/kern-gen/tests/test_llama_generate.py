@@ -15,7 +15,7 @@ from kern_mine import decode_json, encode_json, mine
 
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama.command import PRESETS
-from kern_gen.llama.generate import _build_own, write
+from kern_gen.llama.pipeline import _build_own, write
 
 ROOT = Path(__file__).resolve().parents[3]
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc"
@@ -238,7 +238,7 @@ def test_mined_json_and_direct_mining_agree(mined_json):
 def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     """S = the power of two nearest 128 / kv_heads (3 kv heads -> 32, 8 -> 16: the fastest
     measured on the H200 up to ctx 4096); the example's decode attention scratch has it."""
-    from kern_gen.llama.assemble import decode_splits
+    from kern_gen.llama.own import decode_splits
     assert [decode_splits(k) for k in (1, 3, 4, 8, 16)] == [128, 32, 32, 16, 8]
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
     scratch = m["kernels"]["decode.attention"]["impl"]["scratch"]

@@ -16,8 +16,12 @@ from kern_gen.llama import config as C
 from kern_gen.llama import merge as M
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.facts import load
-from kern_gen.llama.generate import ARCHS, choose_groups
-from kern_gen.llama.wiring import Op, Program, Ref, wire
+from kern_gen.llama.arch import ARCHS
+from kern_gen.llama.pipeline import choose_groups
+from kern_gen.llama.ir import Op, Program, Ref, reads, writes
+from kern_gen.llama.kv import KVLayout
+from kern_gen.llama.programs import PROGRAMS
+from kern_gen.llama.wiring import Inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -32,9 +36,8 @@ def wired(request, tmp_path_factory):
     cfg = C.load(cfg_path)
     dg, pg = choose_groups(facts)
     max_len = int(facts.sidecar["cache"]["max_len"])
-    qk = ARCHS[cfg.model_type]
-    return (cfg, wire(facts, cfg, "decode", dg, max_len, qk),
-            wire(facts, cfg, "prefill", pg, max_len, qk))
+    g = Inputs(facts, cfg, ARCHS[cfg.model_type], KVLayout.of(cfg, max_len), dg, pg)
+    return (cfg, PROGRAMS["decode"](g), PROGRAMS["prefill"](g))
 
 
 def _args(o: Op) -> list[tuple[str, Ref]]:
@@ -51,9 +54,9 @@ def _replay(ops: list[Op], fused: dict[str, list[tuple[int, str]]]) -> list[tupl
                 last[(o.args["c"].buf, off)] = part
             continue
         for key, r in _args(o):
-            if r.buf and not r.buf.startswith("model.") and r in M._reads(o):
+            if r.buf and not r.buf.startswith("model.") and r in reads(o):
                 out.append((o.label, key, last.get((r.buf, r.offset), "<input>")))
-        for d, r in M._writes(o):
+        for d, r in writes(o):
             last[(r.buf, r.offset)] = o.label
     return out
 
@@ -104,7 +107,7 @@ def _replay_one(ops, label, fused=None):
             for off, part in fused[o.label]:
                 last[(o.args["c"].buf, off)] = part
             continue
-        for d, r in M._writes(o):
+        for d, r in writes(o):
             last[(r.buf, r.offset)] = o.label
     raise AssertionError(label)
 

@@ -7,13 +7,26 @@ Modules, in pipeline order:
                     captured run's config;
 - :mod:`.facts`     capture + kern-mine result + provider sidecar, read into per-site facts
                     (pointers named against the sidecar, scalar fits, parameter ABI);
-- :mod:`.wiring`    the hand-written wiring: which captured call site does what, per layer;
-                    it *asserts* every fact it relies on (:mod:`.falsify`) and yields ops;
-- :mod:`.assemble`  ops -> manifest, export plan, kernels directory (mined + own cubins);
+- :mod:`.ir`        ops, buffer refs (``Ref``: a buffer or a named state), programs, the
+                    dataflow check;
+- :mod:`.arch`      one record per model family (roles, q/k kernel layouts and literals),
+                    ``ARCHS``; :mod:`.qwen3` holds Qwen3's differences;
+- :mod:`.kv`        the KV state's layout (per-layer K/V offsets, strides, total bytes);
+- :mod:`.wiring`    the hand-written wiring: the walk over the captured call sites;
+- :mod:`.roles`     one handler per role: what a captured site does, per layer; it *asserts*
+                    every fact it relies on (:mod:`.falsify`) and yields ops;
+- :mod:`.programs`  ``PROGRAMS``: each program cut from one captured graph;
+- :mod:`.merge`     merged q/k/v and gate/up projections;
+- :mod:`.assemble`  ops -> manifest (``EMIT``: mined kernels, ``GEMM_IMPLS``, :mod:`.own`),
+                    export plan, kernels directory (mined + own cubins);
+- :mod:`.readme`    the generation report (the example's README.md);
+- :mod:`.pipeline`  facts -> programs -> manifest, plan, cubins, report; writing;
+- :mod:`.repo`      the kern checkout's files (own kernel sources, presets), found from
+                    anywhere;
 - :mod:`.command`   the thin Typer commands.
 """
 
 from .errors import WiringError
-from .generate import generate
+from .pipeline import generate
 
 __all__ = ["WiringError", "generate"]

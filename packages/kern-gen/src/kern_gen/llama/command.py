@@ -1,6 +1,7 @@
 """Thin Typer commands: ``kern-gen llama`` (default: the bundled SmolLM2-135M capture) and
-``kern-gen qwen3`` (default: the Qwen3-4B-shaped capture).  Paths default to the repository
-layout, relative to the current directory (run from the repository root)."""
+``kern-gen qwen3`` (default: the Qwen3-4B-shaped capture).  The default paths are files of the
+kern checkout, relative to its root and found wherever the tool is run from (:mod:`.repo`);
+paths given as options are taken as given.  A missing input is refused in one line."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import repo
 from .errors import WiringError
-from .generate import generate, write
+from .pipeline import generate, write
 
 PRESETS = {
     "llama": ("tests/fixtures/captures/smollm2-135m", "examples/smollm2-135m/config.json",
@@ -40,18 +42,45 @@ def _make(preset: str):
         label: Annotated[str, typer.Option(help="meta.model")] = label0,
         nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
     ) -> None:
+        shown = out
         try:
+            capture, config, out = _paths(preset, capture, config, out)
+            if shown == Path(out0):
+                shown = _below_cwd(out)
+            for given, what in ((mined, "kern-mine JSON"), (sidecar, "provider sidecar")):
+                if given is not None:
+                    repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label, command=f"uv run --frozen kern-gen {preset}", nvcc=nvcc)
         except WiringError as exc:
             print(f"kern-gen {preset}: refused: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
         write(r, out)
-        print(f"wrote {out}/manifest.json ({len(r.cubins)} cubins, export-plan.json, README.md)")
+        print(f"wrote {shown}/manifest.json ({len(r.cubins)} cubins, export-plan.json, "
+              f"README.md)")
 
     cmd.__doc__ = (f"Generate the {preset} manifest, kernels directory and export plan from a "
                    f"capture (asserting every mined fact first).")
     return cmd
+
+
+def _paths(preset: str, capture: Path, config: Path, out: Path) -> tuple[Path, Path, Path]:
+    """The preset's defaults resolved in the checkout (inputs must exist there); options
+    given otherwise: the inputs must exist."""
+    cap0, cfg0, out0, _ = PRESETS[preset]
+    capture = (repo.find(cap0, "capture") if capture == Path(cap0)
+               else repo.given(capture, "capture"))
+    config = repo.find(cfg0, "config") if config == Path(cfg0) else repo.given(config, "config")
+    out = repo.find(out0, "output directory", must_exist=False) if out == Path(out0) else out
+    return capture, config, out
+
+
+def _below_cwd(p: Path) -> Path:
+    """``p`` relative to the current directory when below it (as the default reads)."""
+    try:
+        return p.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return p
 
 
 llama_command = _make("llama")

@@ -10,6 +10,7 @@ import struct
 
 from .errors import WiringError
 from .facts import Facts, Site, Tensor
+from .kv import KVLayout
 
 
 def fail(where: str, fact: str) -> None:
@@ -50,14 +51,13 @@ def cache_is(facts: Facts, site: Site, param: int, name: str, where: str) -> Ten
     return t
 
 
-def cache_layout(t: Tensor, kv_heads: int, max_len: int, head_dim: int, where: str) -> None:
+def cache_layout(t: Tensor, kv: KVLayout, where: str) -> None:
     """HF StaticCache layout ``[1, kv_heads, max_len, head_dim]`` bf16, contiguous: the
-    strides the captured cache writers bake in and the attention kernel is told."""
-    shape = [1, kv_heads, max_len, head_dim]
-    stride = [kv_heads * max_len * head_dim, max_len * head_dim, head_dim, 1]
-    if t.shape != shape or t.stride != stride or t.dtype != "bfloat16":
-        fail(where, f"sidecar cache `{t.name}` is {t.dtype}{t.shape} strides {t.stride}; the state layout assumes "
-             f"bfloat16{shape} strides {stride}")
+    strides the captured cache writers bake in and the attention kernel is told (:mod:`.kv`)."""
+    shape, stride = kv.shape, kv.strides
+    if t.shape != shape or t.stride != stride or t.dtype != kv.dtype:
+        fail(where, f"sidecar cache `{t.name}` is {t.dtype}{t.shape} strides {t.stride}; the "
+                    f"state layout assumes {kv.dtype}{shape} strides {stride}")
 
 
 def scalars_are(site: Site, expected: list, where: str) -> None:

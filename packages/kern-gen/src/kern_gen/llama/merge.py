@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from .config import ModelConfig
 from .errors import WiringError
-from .wiring import Buf, Op, Program, Ref, _dataflow
+from .ir import Buf, Op, Program, Ref, check_dataflow, reads, used_buffers, writes
 
 #: (merged weight, its parts) per layer, in row order.
 MERGES = (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
@@ -65,6 +65,12 @@ def _part_of(cfg: ModelConfig) -> dict[str, tuple[str, int]]:
     return {p: (m, row) for m, parts in merged_weights(cfg).items() for p, row in parts}
 
 
+def merge_projections(prog: Program, cfg: ModelConfig) -> Program:
+    """One-token programs (``decode``) merge their part GEMMs; dynamic ones (``prefill``,
+    ``verify``) read weight views: their mined readers need ``[tokens, n]`` rows of their own."""
+    return merge_gemms(prog, cfg) if prog.rows == 1 else view_weights(prog, cfg)
+
+
 def view_weights(prog: Program, cfg: ModelConfig) -> Program:
     """``prefill``: each part GEMM reads its weight as a view into the merged buffer."""
     part_of = _part_of(cfg)
@@ -86,9 +92,9 @@ def merge_gemms(prog: Program, cfg: ModelConfig) -> Program:
     for i in range(cfg.layers):
         for merged, parts in MERGES:
             ops = _merge_one(prog.name, ops, bufs, cfg, i, merged, parts)
-    used = {r.buf for o in ops for r in _refs(o) if r.buf}
+    used = used_buffers(ops)
     out = replace(prog, ops=ops, bufs={k: b for k, b in bufs.items() if k in used})
-    _dataflow(prog.name, out.ops)
+    check_dataflow(prog.name, out.ops)
     return out
 
 
@@ -110,7 +116,7 @@ def _merge_one(program: str, ops: list[Op], bufs: dict[str, Buf], cfg: ModelConf
     if any(g.args["a"] != a or g.args["k"] != k for g in gemms):
         raise WiringError(f"{where}: the part GEMMs do not share their input A and k")
     for j in range(pos[0] + 1, pos[-1]):
-        if a.buf in [r.buf for d, r in _writes(ops[j])]:
+        if a.buf in [r.buf for d, r in writes(ops[j])]:
             raise WiringError(f"{where}: `{ops[j].label}` overwrites the shared input "
                               f"`{a.buf}` between the part GEMMs")
     offsets, n = [], 0
@@ -131,10 +137,10 @@ def _merge_one(program: str, ops: list[Op], bufs: dict[str, Buf], cfg: ModelConf
     for g, j, off in zip(gemms, pos, offsets):
         old = g.args["c"].buf
         for t in range(j + 1, len(ops)):
-            if old in [r.buf for d, r in _writes(ops[t]) if d == "out"]:
+            if old in [r.buf for d, r in writes(ops[t]) if d == "out"]:
                 # overwritten with new data (Inductor reused the address): this kernel and
                 # later readers see that data, not the part
-                if old in [r.buf for r in _reads(ops[t])]:
+                if old in [r.buf for r in reads(ops[t])]:
                     raise WiringError(f"{where}: `{ops[t].label}` reads and overwrites "
                                       f"`{old}`; cannot tell which to re-point")
                 break
@@ -148,23 +154,6 @@ def _merge_one(program: str, ops: list[Op], bufs: dict[str, Buf], cfg: ModelConf
         else:
             out.append(_repoint(o, redirect.get(t, {})))
     return out
-
-
-def _refs(o: Op) -> list[Ref]:
-    return [r for _, r in o.ptrs.values()] + [v for v in o.args.values() if isinstance(v, Ref)]
-
-
-def _reads(o: Op) -> list[Ref]:
-    if o.kind == "mined":
-        return [r for d, r in o.ptrs.values() if d in ("in", "inout")]
-    return [v for key, v in o.args.items() if key not in ("c", "out") and isinstance(v, Ref)]
-
-
-def _writes(o: Op) -> list[tuple[str, Ref]]:
-    """(direction, ref) of what ``o`` writes: ``out`` (new data) or ``inout`` (in place)."""
-    if o.kind == "mined":
-        return [(d, r) for d, r in o.ptrs.values() if d in ("out", "inout")]
-    return [("out", v) for key, v in o.args.items() if key in ("c", "out") and isinstance(v, Ref)]
 
 
 def _repoint(o: Op, to: dict[str, Ref]) -> Op:

@@ -5,12 +5,13 @@ q; rope on k fused with the K-cache write; V-cache write -> attention -> o_proj 
 add + post_attention_layernorm -> gate, up -> SiLU*mul -> down``, then ``model.norm`` and the
 tied ``lm_head``.  Inductor fuses and schedules these into call sites; this module *names*
 each captured site by its role (from the kernel name Inductor derives from the fused ops),
-checks it against the model (:mod:`.falsify`), and emits :class:`Op` s:
+checks it against the model (:mod:`.falsify`), and emits :class:`.ir.Op` s (one handler per
+role, :mod:`.roles`):
 
 - mined sites (RMSNorm with its residual adds, q rope, k rope + K-cache write, V-cache
   write, SiLU*mul) are replayed with their captured ABI and literals;
 - GEMMs (nvjet, packed params) become ``extern:cublaslt_bf16_tn`` with A/W/C taken from
-  the pointers inside the packed struct (byte offsets 240/176/328 of the captured param);
+  the pointers inside the packed struct (``roles.GEMM_A/W/C``: bytes 240/176/328);
 - embedding, the rope angle computation (a cutlass sgemm with a by-value struct),
   attention (flex-attention templates over per-forward block masks and a repeat_kv copy of
   the whole cache) and the final argmax become own kernels;
@@ -28,154 +29,29 @@ running residual *and* the pending attention/MLP outputs and recompute the sum, 
 (``in_out_ptr``) only every few layers.  So the wiring does not assume a residual buffer;
 it replays Inductor's buffer plan: each activation address of the forward (per dtype) is
 one workspace buffer, and the generator proves that every buffer a kept kernel reads was
-written earlier by a kept or substituted kernel (:func:`_dataflow`).
+written earlier by a kept or substituted kernel (:func:`.ir.check_dataflow`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from .arch import Arch
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts, Site
 from . import falsify as F
-
-TOK: dict[str, Any] = {"sym": "tokens"}
-
-
-def mul(e: Any, c: int) -> dict[str, Any]:
-    return {"mul": [e, c]}
+from .ir import NEXT_TOKEN, TOK, Buf, Op, Program, Ref, check_dataflow, used_buffers
+from .kv import KVLayout
+from .roles import HANDLERS
 
 
-# --- roles ------------------------------------------------------------------------------
+class Acts:
+    """Activation addresses -> workspace buffers, keyed by (address, dtype): Inductor's
+    buffer plan replayed, one workspace per address and dtype of the forward."""
 
-DROP = ("flex_attention", "clone_expand_unsqueeze", "new_zeros", "_sort_", "sort_sum",
-        "RangeFactories", "fused_add_arange_1", "add_arange_constant_pad", "add_copy_",
-        "to_copy_unsqueeze", "bmm_expand_unsqueeze", "index_put", "slice_sum_transpose")
-
-
-def role_of(site: Site, qk_norm: bool = False) -> str:
-    n = site.name
-    if site.info.replay == "extra" and n.startswith("nvjet"):
-        return "gemm"
-    if "cublasLt" in n and "splitKreduce" in n:
-        return "splitk_reduce"
-    if qk_norm:
-        # Qwen3's per-head q/k RMSNorm (prefill graphs): a variance kernel `mean(x^2)` per
-        # (token, head) for q and k, and the q rope split into a `sin` half (writes
-        # rotate_half(norm(q)) * sin) and a `cos` half (in place on q, adds the sin half)
-        if "mean_pow_view" in n and "rsqrt" not in n:
-            return "qk_var"
-        if "rsqrt" in n and "sin" in n and "cos" not in n and "flex_attention" not in n:
-            return "q_rope_sin"
-        if ("rsqrt" in n and "cos" in n and "index_copy" not in n
-                and "flex_attention" not in n):
-            return "q_rope"
-    if n.startswith("triton_poi") and "flex_attention" in n and "_t_transpose" in n:
-        return "attn_transpose"
-    if "cutlass" in n and "sgemm" in n:
-        return "rope_angles"
-    if "ArgMaxOps" in n:
-        return "argmax"
-    if n.startswith("triton_poi_fused_embedding"):
-        return "embed"
-    if "mean_mul_pow_rsqrt" in n and "cos" not in n:
-        return "norm"
-    if "flex_attention_mm" in n:
-        return "attn_transpose"
-    if "mul_silu" in n:
-        return "silu"
-    if "index_copy" in n and "cos" in n:
-        return "k_rope_cache"
-    if "index_copy" in n:
-        return "v_cache"
-    if "cos" in n and "sin" in n and "flex_attention" not in n:
-        return "q_rope"
-    if any(d in n for d in DROP):
-        return "drop"
-    raise WiringError(f"site {site.index} `{n}` (group {site.group}): no role in the "
-                      f"Llama wiring; the capture has a kernel the wiring does not know")
-
-
-# --- ops --------------------------------------------------------------------------------
-
-@dataclass
-class Ref:
-    """A manifest argument: a buffer (``buf``), the KV state (``state``) or a scalar."""
-    buf: str | None = None
-    state: bool = False
-    offset: int = 0
-
-
-@dataclass
-class Op:
-    kind: str          # mined | gemm | embedding | angles | attention | argmax
-    label: str
-    site: Site | None = None
-    ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
-    args: dict[str, Any] = field(default_factory=dict)               # others
-
-
-@dataclass
-class Buf:
-    name: str
-    dtype: str
-    width: int
-    cls: str
-
-
-@dataclass
-class Program:
-    name: str
-    rows: Any                       # 1 for decode, {"sym": "tokens"} for prefill
-    ops: list[Op]
-    bufs: dict[str, Buf]
-
-
-# Pointer parameters of the mined q/k kernels, in parameter order, by architecture
-# (``qk_norm``) and graph (``decode``).  Names: q/k = the projection output (read), q_io = q
-# read and written in place, out = the roped q, angles = rope angles, norm_w = the q/k
-# RMSNorm weight, var = the per-(token, head) f32 mean of squares, sin = the sin half of the
-# q rope, positions = the i64 positions input, cache = this layer's K cache.
-LAYOUT: dict[tuple[bool, str, bool], tuple[str, ...]] = {
-    (False, "q_rope", True): ("q", "angles", "out"),
-    (False, "q_rope", False): ("q", "angles", "out"),
-    (False, "k_rope_cache", True): ("positions", "k", "angles", "cache"),
-    (False, "k_rope_cache", False): ("positions", "k", "angles", "cache"),
-    (True, "q_rope", True): ("out", "q", "norm_w", "angles"),
-    (True, "q_rope", False): ("q_io", "norm_w", "var", "angles", "sin"),
-    (True, "q_rope_sin", False): ("norm_w", "q", "var", "angles", "out"),
-    (True, "qk_var", False): ("x", "var"),
-    (True, "k_rope_cache", True): ("k", "norm_w", "angles", "positions", "cache"),
-    (True, "k_rope_cache", False): ("norm_w", "k", "var", "angles", "positions", "cache"),
-}
-
-
-def _scalars(cfg: ModelConfig, qk_norm: bool, role: str, decode: bool, which: str = "q"
-             ) -> list:
-    """The scalar literals (after Inductor's layout) each mined q/k kernel must carry."""
-    H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
-    if not qk_norm:
-        return {("q_rope", True): [cfg.q_width], ("q_rope", False): [TOK, mul(TOK, cfg.q_width)],
-                ("k_rope_cache", True): [cfg.kv_width],
-                ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
-    return {("q_rope", True): [H, D], ("q_rope", False): [TOK, mul(TOK, H), D],
-            ("q_rope_sin", False): [TOK, D, mul(TOK, H)],
-            ("qk_var", False): [mul(TOK, H if which == "q" else KV), D],
-            ("k_rope_cache", True): [KV, D],
-            ("k_rope_cache", False): [TOK, D, TOK, KV]}[(role, decode)]
-
-
-WEIGHTS_PER_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                     "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-
-
-class _Acts:
-    """Activation addresses -> workspace buffers, keyed by (address, dtype)."""
-
-    def __init__(self, program: str, decode: bool) -> None:
-        self.program, self.decode = program, decode
+    def __init__(self, program: str) -> None:
+        self.program = program
         self.bufs: dict[str, Buf] = {}
         self.by_key: dict[tuple[int, str], str] = {}
 
@@ -194,344 +70,111 @@ class _Acts:
         return Ref(buf=name)
 
 
-def wire(facts: Facts, cfg: ModelConfig, program: str, group: int, max_len: int,
-         qk_norm: bool = False) -> Program:
-    """Walk the group's sites in call order and emit the program's ops (see module doc).
-    ``qk_norm``: Qwen3 (per-head q/k RMSNorm fused into the q/k rope kernels, see
-    :data:`LAYOUT`).
-
-    ``program``: ``decode`` (the one-token group), ``prefill`` or ``verify`` (both the dynamic
-    group).  ``prefill`` stops after the last V-cache write; ``verify`` keeps the whole
-    forward and computes logits for every row: the captured prefill ``lm_head`` GEMM reads
-    only the last row of the final norm's output (transformers' ``logits_to_keep=1``), which
-    is asserted, and ``verify`` multiplies the whole output instead (``m = tokens``)."""
-    decode = program == "decode"
-    verify = program == "verify"
-    sites = facts.sites(group)
-    acts = _Acts(program, decode)
-    ops: list[Op] = []
-    L = cfg.layers
-    gemm_names = [f"model.layers.{i}.{w}.weight" for i in range(L) for w in WEIGHTS_PER_LAYER]
-    gemm_names.append("lm_head.weight" if not cfg.tie_embeddings and
-                      "lm_head.weight" in facts.weights else "model.embed_tokens.weight")
-    norm_names = [f"model.layers.{i}.{w}.weight" for i in range(L)
-                  for w in ("input_layernorm", "post_attention_layernorm")] + ["model.norm.weight"]
-    count = {r: 0 for r in ("gemm", "norm", "k_rope_cache", "v_cache", "q_rope", "silu",
-                            "q_rope_sin", "qk_var")}
-    pending_splitk: Site | None = None
-
-    def bind(s: Site, role: str, layer: int, where: str, labels: dict[str, str]
-             ) -> dict[str, tuple[int, int, str, Ref]]:
-        """Name the site's pointer parameters by :data:`LAYOUT`: name -> (param, address,
-        direction, ref), buffers taken in parameter order."""
-        names = LAYOUT.get((qk_norm, role, decode))
-        if names is None:
-            F.fail(where, f"no `{role}` kernel in the {program} graph of this architecture")
-        flat = s.flat_ptrs()
-        _count(flat, len(names), where)
-        out: dict[str, tuple[int, int, str, Ref]] = {}
-        for (p, a), nm in zip(flat, names):
-            if nm == "angles":
-                out[nm] = (p, a, "in", _angles(acts, a, cfg, angles, where))
-            elif nm == "positions":
-                out[nm] = (p, a, "in", Ref(buf="positions"))
-            elif nm == "norm_w":
-                w = f"model.layers.{layer}.self_attn.{labels['norm_w']}.weight"
-                F.weight_is(facts, s, (p, 0), w, where)
-                out[nm] = (p, a, "in", Ref(buf=w))
-            elif nm == "cache":
-                out[nm] = (p, a, "inout", Ref(state=True, offset=2 * layer * kv_bytes))
-            else:
-                d = {"out": "out", "q_io": "inout"}.get(nm, "in")
-                dt, wd = ("f32", cfg.heads if labels.get("x") == "q" else cfg.kv_heads) \
-                    if nm == "var" else ("bf16", cfg.kv_width if nm == "k" or
-                                         labels.get("x") == "k" else cfg.q_width)
-                if role == "qk_var" and nm == "var":
-                    d = "out"
-                out[nm] = (p, a, d, acts.get(a, dt, wd, f"L{layer}.{labels[nm]}"))
-        if qk_norm and (role != "qk_var"):
-            F.eps_literal(facts, s, cfg.eps, where)
-        return out
-    layer_q: dict[int, tuple[Ref, Site]] = {}
-    layer_tr: dict[int, int] = {}
-    n_tr = 0
-    gemm_c: dict[str, int] = {}
-    angles: Ref | None = None
-    last_v = -1
-    kv_bytes = cfg.kv_heads * max_len * cfg.head_dim * 2
-    dyn = not decode
-    final_norm: tuple[int, Ref] | None = None     # (address, ref) of model.norm's output
-    logits: Ref | None = None                     # the lm_head GEMM's output
-
-    for s in sites:
-        role = role_of(s, qk_norm)
-        if role == "drop":
-            continue
-        if role == "splitk_reduce":
-            # cuBLASLt split-K: the GEMM wrote partial sums to its workspace (packed struct
-            # bytes 688/752), this kernel sums them into C.  The extern replaces both: assert
-            # that it reduces exactly the preceding GEMM's workspace into its C (any other
-            # reader of the workspace would fail the dataflow check below)
-            where = s.where(program, "splitKreduce")
-            g = pending_splitk
-            if g is None:
-                F.fail(where, "split-K reduce not directly after a split-K GEMM")
-            for p in (2, 4):
-                F.same_address(s.ptrs.get((p, 0)), g.ptrs.get((0, 328)), where,
-                               f"split-K reduce param {p} is the preceding GEMM's C")
-            for p in (1, 3):
-                F.same_address(s.ptrs.get((p, 0)), g.ptrs.get((0, 688)), where,
-                               f"split-K reduce param {p} is the preceding GEMM's workspace")
-            pending_splitk = None
-            continue
-        if pending_splitk is not None:
-            F.fail(pending_splitk.where(program, "gemm"), f"split-K GEMM not followed by its "
-                   f"cuBLASLt reduce (next: site {s.index} `{s.name}`)")
-        k = count.get(role, 0)
-        per_layer = role in ("k_rope_cache", "v_cache", "q_rope", "silu", "q_rope_sin")
-        where = s.where(program, f"{role}, layer {k}" if per_layer else role)
-        if role in count:
-            count[role] = k + 1
-        if role == "embed":
-            F.weight_is(facts, s, (1, 0), "model.embed_tokens.weight", where)
-            out = acts.get(s.ptrs[(2, 0)], "bf16", cfg.hidden, "embed.out")
-            ops.append(Op("embedding", "embed", s, args={"out": out}))
-        elif role == "rope_angles":
-            inv = facts.weights.get("model.rotary_emb.inv_freq")
-            if inv is None or inv.ptr not in (s.ptrs.get((0, 280)), s.ptrs.get((0, 288))):
-                F.fail(where, "neither sgemm operand (struct bytes 280/288) is the sidecar's "
-                              "`model.rotary_emb.inv_freq`")
-            F.same_address(s.ptrs.get((0, 296)), s.ptrs.get((0, 304)), where,
-                           "sgemm C and D (struct bytes 296/304) differ")
-            # the sgemm writes [head_dim/2, tokens] (HF's inv_freq[:, None] @ positions)
-            angles = acts.get(s.ptrs[(0, 296)], "f32", cfg.head_dim // 2, "rope.angles")
-            ops.append(Op("angles", "rope angles", s, args={"out": angles}))
-        elif role == "gemm":
-            if k >= len(gemm_names):
-                F.fail(where, f"GEMM #{k} beyond the {len(gemm_names)} the model has")
-            wname = gemm_names[k]
-            w = F.weight_is(facts, s, (0, 176), wname, where)
-            if "splitK" in s.name:
-                pending_splitk = s
-            n_out, k_in = w.shape
-            lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
-            short = lab.split(".")[-1]
-            gemm_c[f"{k // 7}.{short}"] = s.ptrs[(0, 328)]
-            if short == "o_proj":
-                layer = k // 7
-                q, qsite = layer_q.get(layer, (None, None))
-                if q is None:
-                    F.fail(where, f"layer {layer}: o_proj before any q rope")
-                if dyn:
-                    # prefill: q rope writes q token-major [tokens, heads*head_dim] (the same
-                    # index for its load and store); the captured flex attention wrote its
-                    # output head-major [heads, tokens, head_dim] into q's storage and the
-                    # captured `..._t_transpose_..._10` made it token-major for o_proj.  The
-                    # own attention reads the token-major q and writes token-major, straight
-                    # into o_proj's input: the transpose is replaced (see `attn_transpose`)
-                    tr = layer_tr.get(layer)
-                    if tr is None:
-                        F.fail(where, f"layer {layer}: no head-major -> token-major transpose "
-                                      f"of the attention output before o_proj in the prefill "
-                                      f"graph")
-                    F.same_address(s.ptrs.get((0, 240)), tr, where,
-                                   "o_proj reads A at the captured attention-output "
-                                   "transpose's output")
-                out = acts.get(s.ptrs[(0, 240)], "bf16", cfg.q_width, f"L{layer}.attn.out")
-                ops.append(Op("attention", f"L{layer}.attn", None, args={
-                    "q": q, "k": Ref(state=True, offset=2 * layer * kv_bytes),
-                    "v": Ref(state=True, offset=(2 * layer + 1) * kv_bytes), "out": out}))
-            a = acts.get(s.ptrs[(0, 240)], "bf16", k_in, f"{lab}.in")
-            if verify and k == len(gemm_names) - 1:
-                a = _last_row_reader(facts, s, group, final_norm, cfg.hidden, where)
-            if decode and k == len(gemm_names) - 1:
-                c = Ref(buf="logits")
-            else:
-                c = acts.get(s.ptrs[(0, 328)], "bf16", n_out, f"{lab}.out")
-            if k == len(gemm_names) - 1:
-                logits = c
-            ops.append(Op("gemm", lab, s, args={"a": a, "w": Ref(buf=wname), "c": c,
-                                                 "n": n_out, "k": k_in}))
-        elif role == "norm":
-            if k >= len(norm_names):
-                F.fail(where, f"RMSNorm #{k} beyond the {len(norm_names)} the model has")
-            wname = norm_names[k]
-            flat = s.flat_ptrs()
-            wp = [p for p, a in flat if facts.tensor_at(a) and facts.tensor_at(a)[0] == "weight"]
-            if len(wp) != 1:
-                F.fail(where, f"expected exactly one weight pointer ({wname}), found {len(wp)}")
-            F.weight_is(facts, s, (wp[0], 0), wname, where)
-            F.scalars_are(s, [TOK, cfg.hidden] if dyn else [cfg.hidden], where)
-            F.eps_literal(facts, s, cfg.eps, where)
-            lab = wname.removeprefix("model.").removesuffix(".weight").replace("layers.", "L")
-            acts_p = [p for p, _ in flat if p != wp[0]]
-            ptrs = {wp[0]: ("in", Ref(buf=wname))}
-            for p, a in flat:
-                if p == wp[0]:
-                    continue
-                d = "out" if p == acts_p[-1] else "inout"
-                ptrs[p] = (d, acts.get(a, "bf16", cfg.hidden,
-                                       f"{lab}.out" if d == "out" else f"{lab}.res"))
-                if d == "out" and k == len(norm_names) - 1:
-                    final_norm = (a, ptrs[p][1])
-            ops.append(Op("mined", lab, s, ptrs=ptrs))
-        elif role == "qk_var":
-            layer, which = k // 2, "qk"[k % 2]
-            b = bind(s, role, layer, where, {"x": which, "var": f"{which}_var"})
-            F.same_address(b["x"][1], gemm_c.get(f"{layer}.{which}_proj"), where,
-                           f"{which} variance reads {which} at the {which}_proj GEMM output")
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode, which), where)
-            ops.append(Op("mined", f"L{layer}.{which}_var", s,
-                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
-        elif role in ("q_rope", "q_rope_sin"):
-            layer = k
-            sin = role == "q_rope_sin"
-            b = bind(s, role, layer, where, {"q": "q", "q_io": "q", "norm_w": "q_norm",
-                                             "var": "q_var", "sin": "q_sin",
-                                             "out": "q_sin" if sin else "q_rot", "x": "q"})
-            F.same_address(b["q" if "q" in b else "q_io"][1], gemm_c.get(f"{layer}.q_proj"),
-                           where, "q rope reads q at the q_proj GEMM output (offset 0)")
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
-            if not sin:
-                layer_q[layer] = (b["out" if "out" in b else "q_io"][3], s)
-            ops.append(Op("mined", f"L{layer}.{role}", s,
-                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
-        elif role == "k_rope_cache":
-            layer = k
-            b = bind(s, role, layer, where, {"k": "k", "norm_w": "k_norm", "var": "k_var",
-                                             "x": "k"})
-            F.same_address(b["k"][1], gemm_c.get(f"{layer}.k_proj"), where,
-                           "k rope reads k at the k_proj GEMM output (offset 0)")
-            t = F.cache_is(facts, s, b["cache"][0], f"layers.{layer}.keys", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
-            F.scalars_are(s, _scalars(cfg, qk_norm, role, decode), where)
-            ops.append(Op("mined", f"L{layer}.k_rope_cache", s,
-                          ptrs={p: (d, r) for p, _, d, r in b.values()}))
-        elif role == "v_cache":
-            layer = k
-            flat = s.flat_ptrs()
-            _count(flat, 3, where)
-            F.same_address(flat[1][1], gemm_c.get(f"{layer}.v_proj"), where,
-                           "V-cache write reads v at the v_proj GEMM output (offset 0)")
-            t = F.cache_is(facts, s, flat[2][0], f"layers.{layer}.values", where)
-            F.cache_layout(t, cfg.kv_heads, max_len, cfg.head_dim, where)
-            F.scalars_are(s, [mul(TOK, cfg.kv_width)] if dyn else [cfg.kv_width], where)
-            vin = acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
-            ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
-                flat[0][0]: ("in", Ref(buf="positions")), flat[1][0]: ("in", vin),
-                flat[2][0]: ("inout", Ref(state=True, offset=(2 * layer + 1) * kv_bytes))}))
-            last_v = len(ops)
-        elif role == "attn_transpose":
-            # prefill only: the captured flex attention's output is head-major
-            # [heads, tokens, head_dim] in the storage of the q rope output (Inductor reuses
-            # it); this kernel reads it there and writes it token-major for o_proj.  The own
-            # attention writes token-major directly, so the kernel is replaced, not replayed
-            # (replaying it on the token-major q would permute q's rows for tokens > 1).
-            layer = n_tr
-            n_tr += 1
-            flat = s.flat_ptrs()
-            _count(flat, 2, where)
-            q_rot = layer_q.get(layer)
-            if q_rot is None or acts.by_key.get((flat[0][1], "bf16")) != q_rot[0].buf:
-                F.fail(where, f"layer {layer}: the transpose does not read the storage of the "
-                              f"q rope output (which the captured attention reused for its "
-                              f"output)")
-            F.scalars_are(s, [TOK, mul(TOK, cfg.q_width)], where)
-            layer_tr[layer] = flat[1][1]
-        elif role == "silu":
-            layer = k
-            flat = s.flat_ptrs()
-            _count(flat, 2, where)
-            F.same_address(flat[0][1], gemm_c.get(f"{layer}.gate_proj"), where,
-                           "SiLU*mul reads gate at the gate_proj GEMM output")
-            F.same_address(flat[1][1], gemm_c.get(f"{layer}.up_proj"), where,
-                           "SiLU*mul reads up at the up_proj GEMM output")
-            F.scalars_are(s, [mul(TOK, cfg.intermediate)] if dyn else [cfg.intermediate],
-                          where)
-            ops.append(Op("mined", f"L{layer}.silu_mul", s, ptrs={
-                flat[0][0]: ("inout", acts.get(flat[0][1], "bf16", cfg.intermediate,
-                                               f"L{layer}.gate")),
-                flat[1][0]: ("in", acts.get(flat[1][1], "bf16", cfg.intermediate,
-                                            f"L{layer}.up"))}))
-        elif role == "argmax":
-            if logits is None:
-                F.fail(where, "argmax before the lm_head GEMM")
-            ops.append(Op("argmax", "argmax", s, args={
-                "logits": logits, "out": Ref(buf="predictions" if verify else "next_token")}))
-
-    if pending_splitk is not None:
-        F.fail(pending_splitk.where(program, "gemm"), "split-K GEMM without its reduce")
-    expected = {"gemm": len(gemm_names), "norm": len(norm_names), "k_rope_cache": L,
-                "v_cache": L, "q_rope": L, "silu": L,
-                "q_rope_sin": L if qk_norm and not decode else 0,
-                "qk_var": 2 * L if qk_norm and not decode else 0}
-    for r, n in expected.items():
-        if count[r] != n:
-            raise WiringError(f"{program} (group {group}): {count[r]} `{r}` sites; the model "
-                              f"has {n}")
-    if program == "prefill":
-        ops = ops[:last_v]          # prefill fills the KV state only
-    elif not any(o.kind == "argmax" for o in ops):
-        raise WiringError(f"{program} (group {group}): no argmax at the end of the forward")
-    _dataflow(program, ops)
-    used = {ref.buf for o in ops for _, ref in o.ptrs.values()} | \
-           {v.buf for o in ops for v in o.args.values() if isinstance(v, Ref)}
-    bufs = {k: b for k, b in acts.bufs.items() if k in used}
-    return Program(program, 1 if decode else TOK, ops, bufs)
+@dataclass(frozen=True)
+class Inputs:
+    """What every program is wired from: the facts, the model, its architecture, the KV
+    layout, and the two captured groups (the one-token graph and the dynamic one)."""
+    facts: Facts
+    cfg: ModelConfig
+    arch: Arch
+    kv: KVLayout
+    decode_group: int
+    prefill_group: int
 
 
-def _count(flat: list, n: int, where: str) -> None:
-    if len(flat) != n:
-        F.fail(where, f"{len(flat)} pointer parameters; the wiring expects {n}")
+@dataclass(frozen=True)
+class Cut:
+    """What a program asks of the walk (:mod:`.programs`): its name, which captured graph,
+    and where the forward's results go."""
+    program: str
+    group: int
+    one_token: bool = False       # the one-token graph (rows = 1); else the dynamic one
+    logits: Ref | None = None     # lm_head's C (None: a workspace of the program)
+    every_row: bool = False       # lm_head multiplies every row of the final norm's output
+    argmax_out: Ref = NEXT_TOKEN  # where the greedy argmax writes
 
 
-def _angles(acts: _Acts, addr: int, cfg: ModelConfig, angles: Ref | None, where: str) -> Ref:
-    ref = acts.get(addr, "f32", cfg.head_dim // 2, "rope.angles")
-    if angles is None or ref.buf != angles.buf:
-        F.fail(where, f"reads rope angles at {addr:#x}, not where the captured angle sgemm "
-                      f"wrote them")
-    return ref
+@dataclass
+class Wiring:
+    """The walk's state, shared by the role handlers (:mod:`.roles`)."""
+    facts: Facts
+    cfg: ModelConfig
+    arch: Arch
+    kv: KVLayout
+    cut: Cut
+    acts: Acts
+    gemm_names: list[str]         # every GEMM's weight, in call order
+    norm_names: list[str]         # every RMSNorm's weight, in call order
+    expected: dict[str, int]      # role -> sites the model has
+    count: dict[str, int]         # role -> sites seen so far
+    ops: list[Op] = field(default_factory=list)
+    pending_splitk: Site | None = None     # a split-K GEMM waiting for its reduce
+    gemm_c: dict[str, int] = field(default_factory=dict)    # "layer.proj" -> C address
+    layer_q: dict[int, tuple[Ref, Site]] = field(default_factory=dict)  # the roped q
+    layer_tr: dict[int, int] = field(default_factory=dict)  # prefill transpose's output
+    angles: Ref | None = None                  # the rope angles
+    final_norm: tuple[int, Ref] | None = None  # (address, ref) of model.norm's output
+    logits: Ref | None = None                  # the lm_head GEMM's output
+    last_cache_write: int = -1                 # ops through the last V-cache write
+
+    @classmethod
+    def start(cls, g: Inputs, cut: Cut) -> Wiring:
+        cfg, arch = g.cfg, g.arch
+        gemms = arch.gemm_weights(cfg, "lm_head.weight" in g.facts.weights)
+        norms = arch.norm_weights(cfg)
+        expected = {"gemm": len(gemms), "norm": len(norms),
+                    **{r: n * cfg.layers for r, n in arch.sites_per_layer(cut.one_token).items()}}
+        return cls(g.facts, cfg, arch, g.kv, cut, Acts(cut.program), gemms, norms, expected,
+                   dict.fromkeys(expected, 0))
+
+    @property
+    def program(self) -> str:
+        return self.cut.program
+
+    @property
+    def group(self) -> int:
+        return self.cut.group
+
+    @property
+    def decode(self) -> bool:
+        """Walking the one-token graph (else the dynamic one): layouts and literals differ."""
+        return self.cut.one_token
+
+    def enter(self, s: Site, role: str, per_layer: bool = False) -> tuple[int, str]:
+        """(index of this site among the role's sites, its ``where`` for messages); a
+        split-K GEMM must be followed directly by its reduce."""
+        if self.pending_splitk is not None:
+            F.fail(self.pending_splitk.where(self.program, "gemm"), f"split-K GEMM not "
+                   f"followed by its cuBLASLt reduce (next: site {s.index} `{s.name}`)")
+        k = self.count.get(role, 0)
+        self.count[role] = k + 1
+        return k, s.where(self.program, f"{role}, layer {k}" if per_layer else role)
+
+    def check_counts(self) -> None:
+        """After the walk: no split-K GEMM left open, site counts per role as the model's."""
+        if self.pending_splitk is not None:
+            F.fail(self.pending_splitk.where(self.program, "gemm"),
+                   "split-K GEMM without its reduce")
+        for r, n in self.expected.items():
+            if self.count[r] != n:
+                raise WiringError(f"{self.program} (group {self.group}): {self.count[r]} "
+                                  f"`{r}` sites; the model has {n}")
+
+    def finish(self, ops: list[Op]) -> Program:
+        """The program of ``ops`` (checked: every buffer read was written before) and the
+        workspaces they use."""
+        check_dataflow(self.program, ops)
+        used = used_buffers(ops)
+        bufs = {k: b for k, b in self.acts.bufs.items() if k in used}
+        return Program(self.program, 1 if self.decode else TOK, ops, bufs)
 
 
-def _last_row_reader(facts: Facts, s: Site, group: int, final_norm: tuple[int, Ref] | None,
-                     hidden: int, where: str) -> Ref:
-    """``verify``'s lm_head input: the final norm's whole output.  Asserted: the captured
-    prefill lm_head GEMM reads A at that output's last row of the forward whose addresses the
-    site holds (``(tokens - 1) * hidden`` bf16 elements in), i.e. it is the same tensor."""
-    if final_norm is None:
-        F.fail(where, "lm_head GEMM before the final norm (`model.norm`)")
-    addr, ref = final_norm
-    tokens = facts.group(group).tokens[0]
-    if tokens is None:
-        F.fail(where, "the forward's token count is unknown")
-    F.same_address(s.ptrs.get((0, 240)), addr + (int(tokens) - 1) * hidden * 2, where,
-                   f"lm_head reads A at the last of the {tokens} rows of the final norm's "
-                   f"output")
-    return ref
-
-
-def _dataflow(program: str, ops: list[Op]) -> None:
-    """Every workspace a kept op reads was written by an earlier kept op (the dropped
-    captured kernels must have had no other consumers)."""
-    written = {"token_ids", "positions", "pos0"}
-    def reads(o: Op) -> tuple[list[str], list[str]]:
-        if o.kind == "mined":
-            r = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("in", "inout")]
-            w = [ref.buf for d, ref in o.ptrs.values() if ref.buf and d in ("out", "inout")]
-            return r, w
-        a = o.args
-        if o.kind == "gemm":
-            return [a["a"].buf], [a["c"].buf]
-        if o.kind == "attention":
-            return [a["q"].buf], [a["out"].buf]
-        if o.kind == "argmax":
-            return [a["logits"].buf], [a["out"].buf]
-        return [], [a["out"].buf]
-    for o in ops:
-        r, w = reads(o)
-        for b in r:
-            if b not in written and not b.startswith("model."):
-                where = o.site.where(program, o.label) if o.site else f"{program}: {o.label}"
-                raise WiringError(f"{where}: reads `{b}`, which no wired kernel wrote before "
-                                  f"(its captured producer was dropped or replaced elsewhere)")
-        written.update(w)
+def wire(g: Inputs, cut: Cut) -> Wiring:
+    """Walk the cut's captured group in call order, each site through its role's handler
+    (see the module doc), and check the site counts; the caller keeps the ops it needs
+    (:mod:`.programs`) and finishes the program (:meth:`Wiring.finish`)."""
+    w = Wiring.start(g, cut)
+    for s in g.facts.sites(cut.group):
+        HANDLERS[g.arch.role_of(s)](w, s)
+    w.check_counts()
+    return w

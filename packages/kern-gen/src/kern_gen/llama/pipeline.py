@@ -18,16 +18,16 @@ import kern_manifest
 
 from . import config as C
 from . import merge as M
+from . import repo
+from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
-from .report import readme
-from .wiring import Program, wire
+from .kv import KVLayout
+from .programs import build
+from .readme import readme
+from .wiring import Inputs
 
-ARCHS = {"llama": False, "qwen3": True}
-"""model_type -> per-head q/k RMSNorm (Qwen3 = Llama + q_norm/k_norm before rope)."""
-
-KERNELS_SRC = Path(__file__).resolve().parents[3] / "kernels"
 
 
 @dataclass
@@ -39,12 +39,18 @@ class Result:
 
 
 def _build_own(nvcc: str | None) -> dict[str, bytes]:
-    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", KERNELS_SRC / "build.py")
+    """The own kernels, built from the checkout's ``packages/kern-gen/kernels/`` (refused in
+    one line without a checkout or nvcc, or when nvcc fails)."""
+    build_py = repo.find(repo.MARKER, "own kernels' build script")
+    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", build_py)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with tempfile.TemporaryDirectory(prefix="kern-gen-own-") as tmp:
-        mod.build(Path(tmp), nvcc)
+        try:
+            mod.build(Path(tmp), nvcc)
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise WiringError(f"own kernels ({build_py.parent}): {exc}") from None
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
 
 
@@ -99,7 +105,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     C.compare(cfg, captured, str(config or "sidecar config"))
     if cfg.model_type not in ARCHS:
         raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
-    qk_norm = ARCHS[cfg.model_type]
+    arch = ARCHS[cfg.model_type]
     cache = facts.sidecar["cache"]
     if cache.get("kind") != "static":
         raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
@@ -109,16 +115,11 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)
-    # wired as captured (every assertion runs on the captured GEMMs), then the GEMMs of
-    # merged projections (merge.py): one per merged weight in decode, weight views in prefill
-    # and verify (verify = the prefill graph's whole forward with logits for every row)
-    programs: list[Program] = [
-        M.view_weights(wire(facts, cfg, "prefill", pg, max_len, qk_norm), cfg),
-        M.merge_gemms(wire(facts, cfg, "decode", dg, max_len, qk_norm), cfg),
-        M.view_weights(wire(facts, cfg, "verify", pg, max_len, qk_norm), cfg)]
+    kv = KVLayout.of(cfg, max_len)
+    programs = build(Inputs(facts, cfg, arch, kv, dg, pg))
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-    asm = Assembler(facts, cfg, max_len, own_sha, label or f"{cfg.model_type} (kern-gen)",
+    asm = Assembler(facts, cfg, kv, own_sha, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg))
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
@@ -139,11 +140,11 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
             raise WiringError(f"module {src.module}: the capture's cubin does not hash to its "
                               f"name")
         cubins[file] = data
-    plan = {"version": 1, "weights": {**M.plan_entries(), "model.rotary_emb.inv_freq": {
+    plan = {"version": 1, "weights": {**M.plan_entries(), INV_FREQ: {
         "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()
-    text = readme(facts, cfg, asm, programs, dg, pg, max_len, tmax, command)
+    text = readme(facts, cfg, arch, asm, programs, dg, pg, kv, tmax, command)
     return Result(mbytes, pbytes, text.encode(), cubins)
 
 

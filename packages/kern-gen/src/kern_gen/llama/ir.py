@@ -1,0 +1,123 @@
+"""The generator's IR: the ops a wiring emits, the buffers they name, and the dataflow check.
+
+A :class:`Program` is a list of :class:`Op` s in dispatch order plus the workspace
+:class:`Buf` s they use.  Every kernel argument is a :class:`Ref`: a buffer (a workspace, a
+weight named like the HF tensor, or one of the caller contract's buffers below) or a state
+(by name: :data:`KV`), at a byte offset.  :func:`reads` / :func:`writes` say what an op
+consumes and produces; :func:`check_dataflow` proves that every buffer an op reads was written
+by an earlier op of the same program (so a dropped captured kernel had no other consumer).
+:mod:`.assemble` turns ops into manifest dispatches, :mod:`.merge` rewrites them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import WiringError
+from .facts import Site
+
+TOK: dict[str, Any] = {"sym": "tokens"}
+"""The manifest expression of the dynamic row count (the contract's symbol ``tokens``)."""
+
+
+def mul(e: Any, c: int) -> dict[str, Any]:
+    """The manifest expression ``e * c``."""
+    return {"mul": [e, c]}
+
+
+KV = "kv"
+"""The one state of a Llama program: the KV cache, layout in :mod:`.kv`."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A kernel argument: buffer ``buf`` or state ``state`` (a state name), ``offset`` bytes in."""
+    buf: str | None = None
+    state: str | None = None
+    offset: int = 0
+
+
+# The caller contract's buffers (docs/caller-contract.md): the only names a program shares with
+# its caller.  Inputs: token_ids i64 [tokens], positions i64 [tokens], pos0 i32 [1]; outputs:
+# logits bf16 [1, vocab], next_token i64 [1], predictions i64 [tokens].
+TOKEN_IDS = Ref(buf="token_ids")
+POSITIONS = Ref(buf="positions")
+POS0 = Ref(buf="pos0")
+LOGITS = Ref(buf="logits")
+NEXT_TOKEN = Ref(buf="next_token")
+PREDICTIONS = Ref(buf="predictions")
+INPUTS = (TOKEN_IDS, POSITIONS, POS0)
+
+
+def is_weight(buf: str | None) -> bool:
+    """Weight buffers are named like the HF tensors (``model.…``); the caller binds them."""
+    return bool(buf) and buf.startswith("model.")
+
+
+@dataclass
+class Op:
+    kind: str          # mined | gemm | embedding | angles | attention | argmax
+    label: str
+    site: Site | None = None
+    ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
+    args: dict[str, Any] = field(default_factory=dict)               # others; outputs: c, out
+
+
+@dataclass
+class Buf:
+    name: str
+    dtype: str
+    width: int
+    cls: str
+
+
+@dataclass
+class Program:
+    name: str
+    rows: Any                       # 1 for decode, {"sym": "tokens"} for prefill and verify
+    ops: list[Op]
+    bufs: dict[str, Buf]
+
+
+OUTPUT_ARGS = ("c", "out")
+"""The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
+
+
+def refs(o: Op) -> list[Ref]:
+    """Every :class:`Ref` argument of ``o``, read or written."""
+    return [r for _, r in o.ptrs.values()] + [v for v in o.args.values() if isinstance(v, Ref)]
+
+
+def reads(o: Op) -> list[Ref]:
+    """What ``o`` reads (weights and states included), in parameter order."""
+    if o.kind == "mined":
+        return [r for d, r in o.ptrs.values() if d in ("in", "inout")]
+    return [v for key, v in o.args.items() if key not in OUTPUT_ARGS and isinstance(v, Ref)]
+
+
+def writes(o: Op) -> list[tuple[str, Ref]]:
+    """(direction, ref) of what ``o`` writes: ``out`` (new data) or ``inout`` (in place)."""
+    if o.kind == "mined":
+        return [(d, r) for d, r in o.ptrs.values() if d in ("out", "inout")]
+    return [("out", v) for key, v in o.args.items() if key in OUTPUT_ARGS and isinstance(v, Ref)]
+
+
+def used_buffers(ops: list[Op]) -> set[str]:
+    """The names of every buffer the ops pass (states excluded)."""
+    return {r.buf for o in ops for r in refs(o) if r.buf}
+
+
+def check_dataflow(program: str, ops: list[Op]) -> None:
+    """Every workspace a kept op reads was written by an earlier kept op (the dropped
+    captured kernels must have had no other consumers).  The contract's inputs are written
+    by the caller, weights are bound by it, states persist."""
+    written = {r.buf for r in INPUTS}
+    for o in ops:
+        for r in reads(o):
+            b = r.buf
+            if b and b not in written and not is_weight(b):
+                where = o.site.where(program, o.label) if o.site else f"{program}: {o.label}"
+                raise WiringError(f"{where}: reads `{b}`, which no wired kernel wrote before "
+                                  f"(its captured producer was dropped or replaced elsewhere)")
+        written.update(r.buf for _, r in writes(o) if r.buf)

@@ -1,0 +1,155 @@
+"""The own kernels' dispatches (``packages/kern-gen/kernels/``, ABI in ``kernels/ABI.md``).
+
+One emitter per own op kind (the Assembler's ``EMIT`` table): embedding gather, rope angles,
+attention (split-KV decode, flash prefill) and the two-stage greedy argmax.  Each declares
+its manifest kernel (interface, impl steps through :meth:`.assemble.Assembler.own_step`,
+scratch) once per distinct body and returns the dispatch: ``{"label", "kernel", "args"}``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .arch import EMBED, INV_FREQ
+from .errors import WiringError
+from .ir import POS0, POSITIONS, TOK, TOKEN_IDS, Op, Ref
+
+if TYPE_CHECKING:
+    from .assemble import Assembler
+
+ARGMAX_PARTS = 64
+
+
+def embedding(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    cfg = asm.cfg
+    p = ["in buffer<i64>", "in buffer<bf16>", "out buffer<bf16>"]
+    step = asm.own_step("embedding.cubin", "kern_embedding_bf16",
+                        params=[*p, "i32", "i32"], block=[256, 1, 1], grid=[rows, 1, 1],
+                        args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"i32": cfg.hidden},
+                              {"i32": cfg.vocab}])
+    name = asm.kernel(f"{program}.embedding", {"params": p, "impl": {"steps": [step]}},
+                      "own `kern_embedding_bf16`")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(TOKEN_IDS), asm.arg(Ref(buf=EMBED)), asm.arg(op.args["out"])]}
+
+
+def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    p = ["in buffer<i64>", "in buffer<f32>", "out buffer<f32>", "i32"]
+    step = asm.own_step("rope_angles.cubin", "kern_rope_angles_f32",
+                        params=[*p, "i32"], block=[128, 1, 1], grid=[rows, 1, 1],
+                        args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
+                              {"i32": asm.cfg.head_dim // 2}])
+    name = asm.kernel("rope_angles", {"params": p, "impl": {"steps": [step]}},
+                      "own `kern_rope_angles_f32` (replaces the captured cutlass sgemm "
+                      "`inv_freq x positions`, which takes a by-value struct)")
+    t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(POSITIONS), asm.arg(Ref(buf=INV_FREQ)), asm.arg(op.args["out"]),
+                     t]}
+
+
+def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """``prefill``: the own flash kernel (query tiles of 64 rows).  Every other program
+    (``decode``, ``verify``): the own split-KV kernel, one grid z-slice per query row (row t
+    sees keys ``0 .. pos0 + t``): ``verify`` has few rows (k + 1 <= 16 by the caller
+    contract), for which a 64-row query tile would idle and a split over the keys keeps the
+    SMs busy."""
+    D = asm.cfg.head_dim
+    if D not in (64, 128):
+        raise WiringError(f"own attention has head_dim 64 or 128; the model has {D}")
+    kv = asm.kv            # K then V: slot, head strides (elements)
+    strides = [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
+               {"i64": kv.head_stride}]
+    if program == "prefill":
+        name, extra = _flash(asm, strides), [{"sym": "tokens"}]
+    else:
+        name, extra = _split_kv(asm, program, rows, strides), []
+    a = op.args
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["q"]), asm.arg(a["k"]), asm.arg(a["v"]), asm.arg(POS0),
+                     asm.arg(a["out"]), *extra]}
+
+
+def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+    cfg = asm.cfg
+    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
+    S = decode_splits(KVH)
+    r = "tokens" if rows == TOK else rows
+    scale = {"f32": 1.0 / math.sqrt(D)}
+    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
+    body = {"params": iface, "impl": {
+        "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
+                    "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
+        "steps": [
+            asm.own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
+                         params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
+                                 "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64",
+                                 "i64", "i64", "i32", "i32", "f32"],
+                         block=[128, 1, 1], grid=[KVH, S, rows],
+                         args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
+                               {"scratch": "part_ml"}, {"scratch": "part_acc"},
+                               {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
+                               scale]),
+            asm.own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
+                         params=["in buffer<f32>", "in buffer<f32>", "out buffer<bf16>", "i32",
+                                 "i32"],
+                         block=[D, 1, 1], grid=[H, rows, 1],
+                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 4},
+                               {"i32": H}, {"i32": S}])]}}
+    return asm.kernel(f"{program}.attention", body, f"own split-KV decode attention (S = {S})")
+
+
+def _flash(asm: Assembler, strides: list) -> str:
+    cfg = asm.cfg
+    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
+    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>", "i32"]
+    body = {"params": iface, "impl": {"steps": [
+        asm.own_step("attn_prefill.cubin", f"kern_attn_prefill_bf16_d{D}",
+                     params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
+                             "out buffer<bf16>", "i32", "i64", "i64", "i64", "i64", "i32",
+                             "i32", "i32", "f32"],
+                     block=[128, 1, 1], grid=[{"ceil_div": [TOK, 64]}, H, 1],
+                     shared_mem=81920 if D == 128 else 40960,
+                     args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
+                           {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
+                           {"arg": 5}, {"f32": 1.0 / math.sqrt(D)}])]}}
+    return asm.kernel("prefill.attention", body, "own flash prefill attention")
+
+
+def argmax(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """Greedy argmax of each of ``rows`` logit rows (grid x = row)."""
+    P, V = ARGMAX_PARTS, asm.cfg.vocab
+    r = "tokens" if rows == TOK else rows
+    body = {"params": ["in buffer<bf16>", "out buffer<i64>"], "impl": {
+        "scratch": {"part_val": {"dtype": "f32", "shape": [r, P]},
+                    "part_idx": {"dtype": "i32", "shape": [r, P]}},
+        "steps": [
+            asm.own_step("argmax.cubin", "kern_argmax_bf16_partial",
+                         params=["in buffer<bf16>", "out buffer<f32>", "out buffer<i32>",
+                                 "i32"], block=[256, 1, 1], grid=[rows, P, 1],
+                         args=[{"arg": 0}, {"scratch": "part_val"}, {"scratch": "part_idx"},
+                               {"i32": V}]),
+            asm.own_step("argmax.cubin", "kern_argmax_bf16_reduce",
+                         params=["in buffer<f32>", "in buffer<i32>", "out buffer<i64>",
+                                 "i32"], block=[32, 1, 1], grid=[rows, 1, 1],
+                         args=[{"scratch": "part_val"}, {"scratch": "part_idx"}, {"arg": 1},
+                               {"i32": P}])]}}
+    name = asm.kernel("argmax" if rows == 1 else f"{program}.argmax", body,
+                      "own two-stage argmax")
+    return {"label": "argmax", "kernel": name,
+            "args": [asm.arg(op.args["logits"]), asm.arg(op.args["out"])]}
+
+
+def decode_splits(kv_heads: int) -> int:
+    """Key splits S of the own decode attention: the power of two nearest 128 / kv_heads
+    blocks per kv head (grid kv_heads x S, about one block per SM of the H200's 132).
+
+    Measured on the H200 (2026-11-30, packages/kern-gen/kernels/bench.py, median µs per
+    call): time grows with S at every context up to 4096 (more blocks and a longer merge)
+    while a small S loses parallelism only at long contexts; 32q/8kv d128: S = 16 / 32 / 48
+    -> 7.4 / 10.4 / 13.6 µs at ctx 512, 17.0 / 17.1 / 19.4 at ctx 4096; 9q/3kv d64: S = 32 /
+    64 / 128 -> 8.5 / 12.9 / 21.9 at ctx 512, 9.8 / 14.4 / 22.0 at ctx 4096. The earlier
+    rule (~3 blocks per SM: 48 and 128) cost 6 and 13 µs per layer."""
+    target = max(1.0, 128 / kv_heads)
+    return 1 << max(0, round(math.log2(target)))

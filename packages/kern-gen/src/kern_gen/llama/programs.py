@@ -1,0 +1,61 @@
+"""The manifest's programs, each cut from one captured graph: :data:`PROGRAMS`.
+
+A program is a function of the :class:`.wiring.Inputs`: it walks one captured group under a
+:class:`.wiring.Cut` (which graph; where lm_head and the argmax write), keeps the ops it
+needs and finishes the program (dataflow check, workspaces).  :func:`build` makes every
+program in :data:`PROGRAMS` order, which is the manifest's, and merges its projections
+(:mod:`.merge`).  A new program (``draft``, ...) is one function here and one row of
+:data:`PROGRAMS`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import merge as M
+from .errors import WiringError
+from .ir import LOGITS, NEXT_TOKEN, PREDICTIONS, Program
+from .wiring import Cut, Inputs, Wiring, wire
+
+
+def prefill(g: Inputs) -> Program:
+    """Fills the KV state only: the dynamic graph's kernels through the last layer's V-cache
+    write (what follows computes logits the caller does not read after a prompt chunk)."""
+    w = wire(g, Cut("prefill", g.prefill_group))
+    return w.finish(w.ops[:w.last_cache_write])
+
+
+def decode(g: Inputs) -> Program:
+    """One token: the one-token graph's whole forward, logits into the contract's
+    ``logits`` and the greedy argmax into ``next_token``."""
+    w = wire(g, Cut("decode", g.decode_group, one_token=True, logits=LOGITS,
+                    argmax_out=NEXT_TOKEN))
+    return w.finish(_whole_forward(w))
+
+
+def verify(g: Inputs) -> Program:
+    """Speculative decoding's check of ``tokens`` = k + 1 rows: the dynamic graph's whole
+    forward with logits for every row.  The captured prefill ``lm_head`` GEMM reads only the
+    last row of the final norm's output (transformers' ``logits_to_keep=1``), which is
+    asserted; ``verify`` multiplies the whole output instead (``m = tokens``) and writes the
+    argmax of every row into ``predictions``."""
+    w = wire(g, Cut("verify", g.prefill_group, every_row=True, argmax_out=PREDICTIONS))
+    return w.finish(_whole_forward(w))
+
+
+def _whole_forward(w: Wiring) -> list:
+    if not any(o.kind == "argmax" for o in w.ops):
+        raise WiringError(f"{w.program} (group {w.group}): no argmax at the end of the forward")
+    return w.ops
+
+
+PROGRAMS: dict[str, Callable[[Inputs], Program]] = {
+    "prefill": prefill, "decode": decode, "verify": verify}
+"""Program name -> the function that wires it, as captured (unmerged); manifest order."""
+
+
+def build(g: Inputs) -> list[Program]:
+    """Every program: wired as captured (every assertion runs on the captured GEMMs), then
+    its projections merged (one GEMM per merged weight in the one-token program, weight
+    views in the dynamic ones: :func:`.merge.merge_projections`)."""
+    return [M.merge_projections(make(g), g.cfg) for make in PROGRAMS.values()]
