@@ -94,6 +94,32 @@ def capture_graphs(rt: RuntimeLike, calls: Sequence[Call]) -> float:
     return time.perf_counter() - t0
 
 
+def run_prompt(rt: RuntimeLike, inputs: Inputs, calls: Sequence[Call], prompt: Sequence[int],
+               res: Result, clock: Callable[[], float],
+               overlap: Callable[[], None] | None = None) -> float:
+    """Queue the prompt's calls (:func:`plan_prompt`: prefill chunks, then the last prompt
+    token's decode, which makes the first generated token); set ``res.prefill_s`` and record
+    the calls. ``overlap``: host work run while the prefill is queued. Returns the clock's
+    start (the first write)."""
+    def run(call: Call, ids: Sequence[int]) -> None:
+        inputs.write(rt, ids, call.pos0)
+        rt.run(call.program, call.symbols, graph=call.graph)
+        res.calls.append(call)
+
+    t0 = clock()
+    *prefill, last = calls
+    for c in prefill:
+        run(c, prompt[c.pos0:c.pos0 + c.tokens])
+    if overlap is not None:
+        overlap()
+    if prefill:
+        rt.synchronize()
+        res.prefill_s = clock() - t0
+    assert last.program == DECODE
+    run(last, prompt[-1:])
+    return t0
+
+
 def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              max_tokens: int, eos: Collection[int] = (), eager: bool = False,
              capacity: int | None = None, fixed_context: bool = False,
@@ -118,20 +144,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     if capture:
         res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)])
 
-    def run(call: Call, ids: Sequence[int]) -> None:
-        inputs.write(rt, ids, call.pos0)
-        rt.run(call.program, call.symbols, graph=call.graph)
-        res.calls.append(call)
-
-    t0 = clock()
-    *prefill, last = calls
-    for c in prefill:
-        run(c, prompt[c.pos0:c.pos0 + c.tokens])
-    if prefill:
-        rt.synchronize()
-        res.prefill_s = clock() - t0
-    assert last.program == DECODE
-    run(last, prompt[-1:])
+    t0 = run_prompt(rt, inputs, calls, prompt, res, clock)
     # Decode steps take their input token from the previous step's `next_token` on the device
     # (Inputs.write_fed), so the host queues step k+1 before it waits for token k and never
     # stands between two steps. Queued tokens never exceed `steps`; a step queued before an

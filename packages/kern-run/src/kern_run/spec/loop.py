@@ -39,7 +39,7 @@ import numpy as np
 
 from ..contract import NEXT_TOKEN
 from ..errors import KernRunError
-from ..generate import ONE, Result, RuntimeLike, capture_graphs
+from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs
 from ..plan import Call, check_capacity, decode_call, plan_prompt
 from .accept import accept_prefix
@@ -186,15 +186,9 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
         rt.run(call.program, call.symbols, graph=call.graph)
         res.calls.append(call)
 
-    t0 = clock()
-    *prefill, last = calls
-    for c in prefill:
-        run(c, prompt[c.pos0:c.pos0 + c.tokens])
-    proposer.extend(prompt)           # host work that overlaps the queued prefill
-    if prefill:
-        rt.synchronize()
-        res.prefill_s = clock() - t0
-    run(last, prompt[-1:])
+    # the proposer indexes the prompt while the prefill is queued
+    t0 = run_prompt(rt, inputs, calls, prompt, res, clock,
+                    overlap=lambda: proposer.extend(prompt))
     # Plain steps in flight, oldest first: pending[i] makes the token at n + produced + i.
     pending = deque([rt.read_async(NEXT_TOKEN[0], ONE)])
 
