@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
-from .errors import ExportError
+from kern_manifest import KernError, fail
 
 #: Exports at least this large show progress on stderr by default.
 PROGRESS_BYTES = 64 * 2**20
@@ -36,12 +35,6 @@ class _Printer:
         else:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
-
-
-def _fail(problems: list[str]) -> None:
-    for line in problems:
-        sys.stderr.write(f"kern-gen export: error: {line}\n")
-    raise typer.Exit(2)
 
 
 def export_command(
@@ -73,9 +66,8 @@ def export_command(
         total = sum(s.nbytes for s in run.weight_slots(m))
         show = progress if progress is not None else total >= PROGRESS_BYTES
         summary = run.export(m, src, out, p, progress=_Printer() if show else None)
-    except ExportError as err:
-        _fail(err.problems)
-        return
+    except KernError as err:
+        fail("kern-gen export", err)
     unused = f"; {len(summary.unused)} source tensors unused" if summary.unused else ""
     sys.stderr.write(f"kern-gen export: wrote {summary.tensors} tensors, "
                      f"{summary.bytes / 2**20:.1f} MiB to {summary.out} in "

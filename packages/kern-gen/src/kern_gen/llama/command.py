@@ -4,13 +4,12 @@ layout, relative to the current directory (run from the repository root)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from kern_manifest import KernError, fail
 
-from .errors import WiringError
 from .generate import generate, write
 
 PRESETS = {
@@ -43,9 +42,8 @@ def _make(preset: str):
         try:
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label, command=f"uv run --frozen kern-gen {preset}", nvcc=nvcc)
-        except WiringError as exc:
-            print(f"kern-gen {preset}: refused: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
+        except KernError as exc:  # a falsified fact, or a capture that cannot be read
+            fail(f"kern-gen {preset}", exc)
         write(r, out)
         print(f"wrote {out}/manifest.json ({len(r.cubins)} cubins, export-plan.json, README.md)")
 
