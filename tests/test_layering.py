@@ -27,9 +27,10 @@ PACKAGES = ROOT / "packages"
 #: package -> the kern packages it may import directly; what those may import is allowed too.
 LAYERS: dict[str, set[str]] = {
     "kern-manifest": set(),
+    "kern-weights": {"kern-manifest"},
     "kern-mine": {"kern-manifest"},
     "kern-runtime": {"kern-manifest"},
-    "kern-gen": {"kern-manifest", "kern-mine"},
+    "kern-gen": {"kern-weights", "kern-mine"},
     "kern-run": {"kern-runtime"},
 }
 

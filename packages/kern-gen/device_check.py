@@ -4,7 +4,7 @@
     python3 packages/kern-gen/device_check.py --example examples/smollm2-135m \
         --gguf /tmp/smollm2.gguf [--out DIR]
 
-1. exports the manifest's weights from the GGUF (`kern_gen.export`, with the example's plan);
+1. exports the manifest's weights from the GGUF (`kern_weights`, with the example's plan);
 2. loads transformers' model from the same GGUF twice (dequantised, CUDA, eager attention):
    in bf16 (the reference kern is compared with, as kern computes in bf16) and in float32
    (TF32 off: the precise answer both bf16 computations approximate);
@@ -215,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kern_gen.export.plan import Plan
-    from kern_gen.export.run import export, read_manifest
-    from kern_gen.export.sources import open_source
+    from kern_weights.export_plan import Plan
+    from kern_weights.export import export, read_manifest
+    from kern_weights.sources import open_source
     from kern_runtime import Runtime
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls

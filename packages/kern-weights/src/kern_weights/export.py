@@ -15,10 +15,10 @@ import numpy as np
 from kern_manifest import Manifest, ManifestError, read, shape_at
 from kern_manifest.expr import corners
 
+from .arrays import STORAGE, Array, can_convert, convert, convert_into
 from .derived import DERIVED, Thunk
-from .dtypes import STORAGE, Array, can_convert, convert, convert_into
 from .errors import ExportError
-from .plan import Plan, Rule
+from .export_plan import Plan, Rule
 from .sources import Source, missing
 from .writer import SafetensorsWriter, Slot
 

@@ -1,4 +1,4 @@
-"""The one error type of ``kern-gen export``: a message that names the place."""
+"""The one error type of weight export (``kern-gen export``): a message that names the place."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ more than the tensor it is writing. ``config`` is the model's configuration unde
 tensors read their parameters from it.
 
 Two sources: :class:`HFSource` (a checkpoint directory of ``*.safetensors``, sharded or
-not) and :class:`~kern_gen.export.gguf_source.GGUFSource` (a GGUF file, dequantized).
+not) and :class:`~kern_weights.gguf_source.GGUFSource` (a GGUF file, dequantized).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .dtypes import FROM_ST, SIZES, STORAGE, Array
+from .arrays import FROM_ST, SIZES, STORAGE, Array
 from .errors import ExportError
 
 _MAX_HEADER = 100 * 2**20  # the safetensors format's own limit

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import gguf_map
-from .dtypes import Array
+from .arrays import Array
 from .errors import ExportError
 from .sources import TensorInfo, missing
 
