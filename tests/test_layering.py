@@ -29,7 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "kern-manifest": set(),
     "kern-weights": {"kern-manifest"},
     "kern-mine": {"kern-manifest"},
-    "kern-runtime": {"kern-manifest"},
+    "kern-runtime": {"kern-weights"},
     "kern-gen": {"kern-weights", "kern-mine"},
     "kern-run": {"kern-runtime"},
 }

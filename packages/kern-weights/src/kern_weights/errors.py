@@ -1,4 +1,6 @@
-"""The one error type of weight export (``kern-gen export``): a message that names the place."""
+"""The errors of kern-weights, each a message that names the place: :class:`ExportError`
+(weight export, ``kern-gen export``) and :class:`HeaderError` (a safetensors header that
+cannot be read; each caller words it as its own error)."""
 
 from __future__ import annotations
 
@@ -19,3 +21,14 @@ class ExportError(KernError):
     def render(self) -> str:
         more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
         return self.problems[0] + more
+
+
+class HeaderError(KernError):
+    """A safetensors file whose header cannot be used. ``path`` is the file; ``message``
+    what is wrong with it as a whole (with an optional ``help``), or, for bad tensor entries,
+    ``problems``: one line per entry, every one found."""
+
+    def __init__(self, path: str, message: str, *, help: str | None = None,
+                 problems: list[str] | None = None) -> None:
+        self.path = path
+        super().__init__(message, where=f"`{path}`", help=help, problems=problems or ())
