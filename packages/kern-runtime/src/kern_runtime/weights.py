@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kern_manifest import DTYPE_SIZES, VerifiedManifest, shape_at
 from kern_weights import stfile
+from kern_weights.arrays import ST_NAMES
 from kern_weights.errors import HeaderError
 from kern_weights.stfile import TensorEntry
 
@@ -26,10 +27,7 @@ from . import errors
 from .errors import WeightArtifactError
 
 #: safetensors dtype name -> manifest dtype.
-SAFETENSORS_DTYPES: dict[str, str] = {
-    "BF16": "bf16", "F16": "f16", "F32": "f32", "F8_E4M3": "fp8e4m3",
-    "I32": "i32", "U32": "u32", "I64": "i64", "U8": "u8",
-}
+SAFETENSORS_DTYPES: dict[str, str] = {st: d for d, st in ST_NAMES.items()}
 
 __all__ = ["SAFETENSORS_DTYPES", "TensorEntry", "UploadChunk", "WeightBinding", "bind_weights",
            "read_header", "upload_chunks"]

@@ -22,14 +22,8 @@ import os
 import struct
 from dataclasses import dataclass
 
-from .arrays import FROM_ST
+from .arrays import FROM_ST, ST_SIZES
 from .errors import HeaderError
-
-#: Element size of every safetensors dtype, including those kern has no name for.
-ST_SIZES: dict[str, int] = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
-    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
-}
 
 MAX_HEADER = 100 * 2**20  # the format's own limit
 
