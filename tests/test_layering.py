@@ -31,14 +31,12 @@ LAYERS: dict[str, set[str]] = {
     "kern-mine": {"kern-manifest"},
     "kern-runtime": {"kern-weights"},
     "kern-gen": {"kern-weights", "kern-mine"},
-    "kern-run": {"kern-runtime"},
+    "kern-run": {"kern-runtime", "kern-weights"},
 }
 
 #: (importer, imported) edges outside LAYERS that are tolerated for now, with the reason.
 #: An entry that no import needs any more fails the test: delete it.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("kern-run", "kern-gen"): "the bundled default's weight export; goes with issue 19 move 5",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 #: Top-level import name -> distribution, where they differ beyond ``_`` versus ``-``.
 DISTRIBUTIONS: dict[str, set[str]] = {
@@ -138,6 +136,14 @@ def test_imports_follow_the_layers(pkg):
            for dep, places in _kern_imports(pkg).items()
            if dep not in allowed and (pkg, dep) not in EXCEPTIONS for place in places]
     assert not bad, f"{pkg} may import only {sorted(allowed)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("pkg", WORKSPACE)
+def test_declared_kern_dependencies_follow_the_layers(pkg):
+    required, extras = _declared(pkg)
+    beyond = sorted((required | extras) & set(LAYERS) - _below(pkg) - {dep for p, dep in EXCEPTIONS
+                                                                       if p == pkg})
+    assert not beyond, f"{pkg} declares {beyond}, which it may not import"
 
 
 def test_exceptions_are_still_needed():

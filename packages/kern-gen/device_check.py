@@ -215,17 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kern_weights.export_plan import Plan
-    from kern_weights.export import export, read_manifest
-    from kern_weights.sources import open_source
     from kern_runtime import Runtime
+    from kern_weights import export_files, open_source, read_manifest
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls
 
     ex = args.example
     weights = args.out / "kern-weights.safetensors"
     man = read_manifest(ex / "manifest.json")
-    s = export(man, open_source(gguf=args.gguf), weights, Plan.read(ex / "export-plan.json"))
+    s = export_files(man, open_source(gguf=args.gguf), weights, ex / "export-plan.json")
     print(f"export: {s.tensors} tensors, {s.bytes / 2**20:.1f} MiB to {weights} in {s.seconds:.1f} s")
 
     gdir, gname = str(args.gguf.parent), args.gguf.name

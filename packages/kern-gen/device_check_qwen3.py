@@ -197,10 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from kern_weights.export_plan import Plan
-    from kern_weights.export import export, read_manifest
-    from kern_weights.sources import open_source
     from kern_runtime import Runtime
+    from kern_weights import export_files, open_source, read_manifest
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls
     ex = args.example
@@ -222,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         src = open_source(hf=ckpt)
     else:
         src = MemorySource(model)
-    s = export(man, src, weights, Plan.read(ex / "export-plan.json"))
+    s = export_files(man, src, weights, ex / "export-plan.json")
     log(f"export: {s.tensors} tensors, {s.bytes / 2**30:.2f} GiB to {weights} in "
         f"{s.seconds:.1f} s ({len(s.unused)} source tensors unused: {s.unused[:4]})")
     del src

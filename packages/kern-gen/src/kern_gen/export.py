@@ -16,7 +16,8 @@ import typer
 from kern_manifest import KernError, fail
 from kern_weights import (Array, ExportError, HFSource, Plan, Progress, Recipe, SafetensorsWriter,
                           Slot, Source, Summary, TensorInfo, bf16_to_f32, convert, export,
-                          f32_to_bf16, make_recipes, open_source, read_manifest, weight_slots)
+                          export_files, f32_to_bf16, make_recipes, open_source, read_manifest,
+                          weight_slots)
 
 __all__ = [
     "Array", "ExportError", "HFSource", "Plan", "Progress", "Recipe", "SafetensorsWriter",
@@ -76,7 +77,7 @@ def export_command(
         src = open_source(hf=hf, gguf=gguf)
         total = sum(s.nbytes for s in weight_slots(m))
         show = progress if progress is not None else total >= PROGRESS_BYTES
-        summary = export(m, src, out, p, progress=_Printer() if show else None)
+        summary = export_files(m, src, out, p, progress=_Printer() if show else None)
     except KernError as err:
         fail("kern-gen export", err)
     unused = f"; {len(summary.unused)} source tensors unused" if summary.unused else ""

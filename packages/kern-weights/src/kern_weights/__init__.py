@@ -12,13 +12,16 @@ Pieces (each a small module):
 - :mod:`.derived` — computed tensors (``rope_cos_sin``);
 - :mod:`.arrays` — numpy-only conversions (bf16 round-to-nearest-even);
 - :mod:`.writer` — the streaming safetensors writer;
-- :mod:`.export` — resolution (all checks before writing) and the export loop (its function
-  ``export`` shadows the module here: ``from kern_weights.export import …`` for the rest).
+- :mod:`.export` — resolution (all checks before writing), the export loop and
+  ``export_files`` (the same from paths); its function ``export`` shadows the module here:
+  ``from kern_weights.export import …`` for the rest;
+- :mod:`.gguf` — GGUF metadata, read without the ``gguf`` package (kern-run's tokenizer).
 """
 
 from .arrays import Array, bf16_to_f32, convert, f32_to_bf16
 from .errors import ExportError
-from .export import Progress, Recipe, Summary, export, make_recipes, read_manifest, weight_slots
+from .export import (Progress, Recipe, Summary, export, export_files, make_recipes, read_manifest,
+                     weight_slots)
 from .export_plan import Plan
 from .sources import HFSource, Source, TensorInfo, open_source
 from .writer import SafetensorsWriter, Slot
@@ -26,5 +29,6 @@ from .writer import SafetensorsWriter, Slot
 __all__ = [
     "Array", "ExportError", "HFSource", "Plan", "Progress", "Recipe", "SafetensorsWriter",
     "Slot", "Source", "Summary", "TensorInfo", "bf16_to_f32", "convert", "export",
-    "f32_to_bf16", "make_recipes", "open_source", "read_manifest", "weight_slots",
+    "export_files", "f32_to_bf16", "make_recipes", "open_source", "read_manifest",
+    "weight_slots",
 ]

@@ -1,6 +1,7 @@
 """The errors of kern-weights, each a message that names the place: :class:`ExportError`
-(weight export, ``kern-gen export``) and :class:`HeaderError` (a safetensors header that
-cannot be read; each caller words it as its own error)."""
+(weight export, ``kern-gen export``), :class:`HeaderError` (a safetensors header that cannot
+be read; each caller words it as its own error) and :class:`GGUFError` (GGUF metadata that
+cannot be read)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,7 @@ class HeaderError(KernError):
                  problems: list[str] | None = None) -> None:
         self.path = path
         super().__init__(message, where=f"`{path}`", help=help, problems=problems or ())
+
+
+class GGUFError(KernError):
+    """GGUF metadata that cannot be read; the message starts with the file (``GGUF `path`: …``)."""
