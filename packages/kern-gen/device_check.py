@@ -4,7 +4,7 @@
     python3 packages/kern-gen/device_check.py --example examples/smollm2-135m \
         --gguf /tmp/smollm2.gguf [--out DIR]
 
-1. exports the manifest's weights from the GGUF (`kern_gen.export`, with the example's plan);
+1. exports the manifest's weights from the GGUF (`kern_weights`, with the example's plan);
 2. loads transformers' model from the same GGUF twice (dequantised, CUDA, eager attention):
    in bf16 (the reference kern is compared with, as kern computes in bf16) and in float32
    (TF32 off: the precise answer both bf16 computations approximate);
@@ -215,17 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kern_gen.export.plan import Plan
-    from kern_gen.export.run import export, read_manifest
-    from kern_gen.export.sources import open_source
     from kern_runtime import Runtime
+    from kern_weights import export_files, open_source, read_manifest
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls
 
     ex = args.example
     weights = args.out / "kern-weights.safetensors"
     man = read_manifest(ex / "manifest.json")
-    s = export(man, open_source(gguf=args.gguf), weights, Plan.read(ex / "export-plan.json"))
+    s = export_files(man, open_source(gguf=args.gguf), weights, ex / "export-plan.json")
     print(f"export: {s.tensors} tensors, {s.bytes / 2**20:.1f} MiB to {weights} in {s.seconds:.1f} s")
 
     gdir, gname = str(args.gguf.parent), args.gguf.name

@@ -7,7 +7,7 @@
 1. builds the model the example was captured from: `capture/models/hf_capture.py`'s
    `build_model` for `qwen3-4b-random` (Qwen3ForCausalLM, Qwen3-4B shape, every weight
    redrawn from `--seed` on the GPU, bf16; eager attention here);
-2. exports the manifest's weights with `kern_gen.export` and the example's plan: by default
+2. exports the manifest's weights with `kern_weights` and the example's plan: by default
    from an HF checkpoint the model is saved to (`save_pretrained`, ~8 GB, the `--hf` source),
    with `--source memory` straight from the model's state dict; checkpoint and exported
    weights go under `--work` (default /tmp/kern-qwen3), never under $OUT;
@@ -120,10 +120,10 @@ def summary(rows: list[QRow], factor: float = dc.FACTOR, floor: float = dc.FLOOR
 
 
 class MemorySource:
-    """A `kern_gen.export` source over a torch state dict (HF names), one tensor at a time."""
+    """A `kern_weights` source over a torch state dict (HF names), one tensor at a time."""
 
     def __init__(self, model) -> None:
-        from kern_gen.export.sources import TensorInfo
+        from kern_weights.sources import TensorInfo
 
         self.where = "in-memory qwen3-4b-random state dict"
         self.config = model.config.to_dict()
@@ -141,7 +141,7 @@ class MemorySource:
     def load(self, name: str):
         import torch
 
-        from kern_gen.export.dtypes import Array
+        from kern_weights.arrays import Array
 
         t = self._sd[name].detach()
         if t.dtype == torch.bfloat16:
@@ -197,10 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from kern_gen.export.plan import Plan
-    from kern_gen.export.run import export, read_manifest
-    from kern_gen.export.sources import open_source
     from kern_runtime import Runtime
+    from kern_weights import export_files, open_source, read_manifest
 
     torch.set_float32_matmul_precision("highest")   # the fp32 reference: no TF32 matmuls
     ex = args.example
@@ -222,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         src = open_source(hf=ckpt)
     else:
         src = MemorySource(model)
-    s = export(man, src, weights, Plan.read(ex / "export-plan.json"))
+    s = export_files(man, src, weights, ex / "export-plan.json")
     log(f"export: {s.tensors} tensors, {s.bytes / 2**30:.2f} GiB to {weights} in "
         f"{s.seconds:.1f} s ({len(s.unused)} source tensors unused: {s.unused[:4]})")
     del src

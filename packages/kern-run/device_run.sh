@@ -41,7 +41,7 @@ if [ ! -s "$G" ]; then
   cat .carry/smollm2/gguf.part00 .carry/smollm2/gguf.part01 > "$G" || exit 1
 fi
 sha256sum "$G"   # b179c952…db53 (.carry/smollm2.sha256)
-export PYTHONPATH="/tmp/site:packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-gen/src:packages/kern-run/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="/tmp/site:packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-gen/src:packages/kern-run/src${PYTHONPATH:+:$PYTHONPATH}"
 export KERN_CACHE="${KERN_CACHE:-/tmp/kern-cache}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -8,7 +8,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to a writable folder}"
 PKG=packages/kern-runtime
-export PYTHONPATH="packages/kern-manifest/src:$PKG/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="packages/kern-manifest/src:packages/kern-weights/src:$PKG/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 { nvidia-smi -L; python3 -c "import cuda.bindings, numpy, safetensors, msgspec; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'safetensors', safetensors.__version__, 'msgspec', msgspec.__version__)"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"

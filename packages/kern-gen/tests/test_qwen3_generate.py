@@ -13,7 +13,7 @@ import kern_manifest
 import pytest
 from kern_mine import decode_json, encode_json, mine
 
-from kern_gen.export.plan import Plan
+from kern_weights.export_plan import Plan
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama.command import PRESETS
 

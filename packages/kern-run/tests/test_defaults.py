@@ -43,7 +43,7 @@ def test_example_files_found(monkeypatch, tmp_path):
 
 def test_weights_exported_once_from_the_gguf(monkeypatch, tmp_path):
     """The default's export path, on a one-weight manifest (the real example's weights are
-    exported the same way by kern_gen.export)."""
+    exported the same way by kern_weights.export_files)."""
     try:
         gguf_path()
     except KernRunError as err:

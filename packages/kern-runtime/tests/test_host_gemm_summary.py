@@ -187,3 +187,10 @@ def test_runtime_load_reports_before_gpu(tmp_path):
     mpath, kdir, w = toy_files(tmp_path, sha=False)
     with pytest.raises(KernelArtifactError):
         Runtime.load(mpath, kdir, weights=[w], capacity=4)
+
+
+def test_host_dtypes_and_bf16_are_kern_weights():
+    from kern_weights import arrays
+    assert to_bf16 is arrays.f32_to_bf16 and from_bf16 is arrays.bf16_to_f32
+    assert {d: t.itemsize for d, t in HOST_DTYPES.items()} == km.DTYPE_SIZES
+    assert to_bf16(np.array([np.nan, -np.nan], np.float32)).tolist() == [0x7FC0, 0x7FC0]

@@ -105,3 +105,25 @@ def test_upload_chunks(tmp_path):
     assert chunks[0].file_offset == h["beta"].start
     assert chunks[4].file_offset == h["gamma"].start + 100
     assert sum(c.nbytes for c in upload_chunks(bindings, 1 << 20)) == 512
+
+
+def test_import_loads_no_gguf():
+    """The runtime reads headers through kern-weights, whose GGUF source stays unloaded."""
+    import subprocess
+    import sys
+    code = "import sys, kern_runtime; print('gguf' in sys.modules, 'kern_weights' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_bad_entries_are_listed_with_the_file(tmp_path):
+    p = tmp_path / "w.safetensors"
+    hdr = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]},
+                      "b": {"dtype": "X9", "shape": [1], "data_offsets": [0, 1]}}).encode()
+    p.write_bytes(len(hdr).to_bytes(8, "little") + hdr + b"\0" * 16)
+    with pytest.raises(WeightArtifactError) as e:
+        read_header(p)
+    assert str(e.value) == (f"[weight artifact] weight file `{p}`: malformed safetensors header\n"
+                            f"  - tensor `a`: data_offsets [0, 12] do not match F32[4] inside a "
+                            f"{p.stat().st_size}-byte file\n"
+                            f"  - tensor `b`: unknown dtype 'X9'")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from .export.command import export_command
+from .export import export_command
 from .llama.command import llama_command, qwen3_command
 
 app = typer.Typer(

@@ -15,6 +15,7 @@ from .decode import decode, encode, from_obj, read
 from .diagnostics import DecodeError, Diagnostic, ManifestError, VerificationError
 from .dtypes import (DTYPE_SIZES, INT_RANGES, SCALAR_SIZES, ParamType, ParamTypeError,
                      abi_layout, abi_size, parse_param_type)
+from .errors import KernError, fail
 from .expr import ExprError, corners, eval_expr, expr_symbols, format_expr
 from .jsonschema import json_schema
 from .render import render_human, render_json
@@ -29,10 +30,10 @@ __version__ = "0.1.0"
 __all__ = [
     "CODES", "DTYPE_SIZES", "EXTERNS", "INT_RANGES", "SCALAR_SIZES", "Arg", "Buffer",
     "DecodeError", "Diagnostic", "Dispatch", "Domain", "Expr", "ExprError", "ExprNode", "Impl",
-    "Kernel", "Manifest", "ManifestError", "ManifestMeta", "ParamType", "ParamTypeError",
-    "Program", "Scratch", "State", "Step", "StepArg", "Symbol", "VerificationError",
-    "VerifiedManifest", "abi_layout", "abi_size", "check", "corners", "decode", "encode",
-    "eval_expr", "explain", "expr_symbols", "format_expr", "from_obj", "json_schema", "load",
-    "nbytes", "parse_param_type", "read", "render_human", "render_json", "shape_at",
-    "state_bytes", "verify",
+    "KernError", "Kernel", "Manifest", "ManifestError", "ManifestMeta", "ParamType",
+    "ParamTypeError", "Program", "Scratch", "State", "Step", "StepArg", "Symbol",
+    "VerificationError", "VerifiedManifest", "abi_layout", "abi_size", "check", "corners",
+    "decode", "encode", "eval_expr", "explain", "expr_symbols", "fail", "format_expr",
+    "from_obj", "json_schema", "load", "nbytes", "parse_param_type", "read", "render_human",
+    "render_json", "shape_at", "state_bytes", "verify",
 ]

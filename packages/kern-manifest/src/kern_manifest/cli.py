@@ -14,7 +14,8 @@ import typer
 
 from .codes import CODES, explain as explain_code
 from .decode import read
-from .diagnostics import DecodeError, ManifestError
+from .diagnostics import DecodeError, ManifestError, VerificationError
+from .errors import KernError, fail
 from .jsonschema import json_schema
 from .render import render_human, render_json
 from .verify import verify as verify_manifest
@@ -39,14 +40,14 @@ def verify(
     results = []
     status = 0
     for f in files:
-        stage, diags = None, []
+        stage, diags, code = None, [], 0
         try:
             diags = verify_manifest(read(f))
-            stage = "verify"
+            stage, code = "verify", VerificationError.exit_code
         except ManifestError as err:
-            stage, diags = "decode", err.diagnostics
+            stage, diags, code = "decode", err.diagnostics, err.exit_code
         if diags:
-            status = max(status, 2 if stage == "decode" else 1)
+            status = max(status, code)
         results.append((str(f), stage, diags))
         if not as_json:
             if diags:
@@ -70,8 +71,7 @@ def explain(code: Annotated[str, typer.Argument(help="a diagnostic code, e.g. E0
     try:
         typer.echo(explain_code(code), nl=False)
     except KeyError:
-        typer.echo(f"error: unknown code {code!r}; known codes: {', '.join(CODES)}", err=True)
-        raise typer.Exit(2) from None
+        fail("kern-manifest", KernError(f"unknown code {code!r}; known codes: {', '.join(CODES)}"))
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from .errors import KernError
+
 
 class Diagnostic(msgspec.Struct, frozen=True, omit_defaults=True):
     code: str
@@ -32,8 +34,9 @@ class Sink:
         self.items.append(Diagnostic(code, message, path, note, help))
 
 
-class ManifestError(Exception):
-    """A manifest that could not be read, decoded or verified; carries every diagnostic."""
+class ManifestError(KernError):
+    """A manifest that could not be read, decoded or verified; carries every diagnostic
+    (``code`` is the first one's)."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: str | None = None) -> None:
         self.diagnostics = list(diagnostics)
@@ -43,7 +46,7 @@ class ManifestError(Exception):
         more = len(self.diagnostics) - 1
         if more > 0:
             summary += f" (and {more} more)"
-        super().__init__(f"{source}: {summary}" if source else summary)
+        super().__init__(summary, where=source, code=first.code if first else None)
 
 
 class DecodeError(ManifestError):
@@ -52,3 +55,5 @@ class DecodeError(ManifestError):
 
 class VerificationError(ManifestError):
     """The manifest decoded but breaks verifier rules (exit status 1 in the CLI)."""
+
+    exit_code = 1

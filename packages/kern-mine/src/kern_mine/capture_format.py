@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 import msgspec
+from kern_manifest import KernError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -50,7 +51,7 @@ FORMAT_VERSION = 1
 LAUNCH_FILE_NAMES = ("launches.jsonl", "launches.jsonl.zst", "launches.jsonl.xz", "launches.jsonl.gz")
 
 
-class CaptureFormatError(ValueError):
+class CaptureFormatError(KernError, ValueError):
     """A capture file that does not follow the format (with file and line where known)."""
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from kern_manifest import KernError, fail
 
-from . import MineError, Options, encode_json, mine, render_report
+from . import Options, encode_json, mine, render_report
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
@@ -27,9 +28,8 @@ def run(
     opts = Options(gap_ms=gap_ms, min_repeats=min_repeats, min_distinct=min_distinct, request=request)
     try:
         mined = mine(capture, opts)
-    except MineError as e:
-        typer.echo(f"kern-mine: error: {e}", err=True)
-        raise typer.Exit(2) from None
+    except KernError as e:
+        fail("kern-mine", e)
     if json_out is not None and str(json_out) == "-":
         typer.echo(encode_json(mined).decode(), nl=False)
         return

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from kern_manifest import KernError
+
 from .capture_format import Capture, CaptureFormatError, read_capture
 from .launches import identity_label, select_launches
 from .passes import cut_passes
@@ -26,7 +28,7 @@ from .sites import group_forwards, group_sites, launch_keys, replayability
 __all__ = ["MineError", "mine"]
 
 
-class MineError(ValueError):
+class MineError(KernError, ValueError):
     """Input the miner cannot work with (message names the file and, where known, the line)."""
 
 

@@ -9,11 +9,11 @@ exit: 2 for bad input, 1 for a failure while running (no GPU, a runtime error)."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from kern_manifest import KernError, fail
 
 from .errors import KernRunError, NoGpuError
 
@@ -23,17 +23,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=False,
 
 
 def _fail(err: Exception) -> None:
-    if isinstance(err, NoGpuError):
-        sys.stderr.write(f"kern-run: {err}\n")
-        raise typer.Exit(1)
-    if isinstance(err, KernRunError):
-        for p in err.problems:
-            sys.stderr.write(f"kern-run: error: {p}\n")
-        raise typer.Exit(2)
-    from kern_runtime import KernRuntimeError
-    if isinstance(err, KernRuntimeError):
-        sys.stderr.write(f"kern-run: {err}\n")
-        raise typer.Exit(1)
+    # kern-run's own errors exit 2 (bad input) or 1 (no GPU); the runtime's exit 1.
+    if isinstance(err, KernError):
+        fail("kern-run", err)
     raise err
 
 

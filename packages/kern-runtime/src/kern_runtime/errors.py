@@ -16,32 +16,25 @@ should need a traceback to tell a user what went wrong.
 
 from __future__ import annotations
 
+from kern_manifest import KernError
 
-class KernRuntimeError(Exception):
-    """Base of every error the runtime raises on purpose."""
+
+class KernRuntimeError(KernError):
+    """Base of every error the runtime raises on purpose. A command reports it whole (its
+    first line names who must act) and exits 1: the run failed."""
 
     #: Who must act, as shown at the start of the message.
     who = "runtime"
+    exit_code = 1
+    label = None
 
     def __init__(self, message: str, *, where: str | None = None, help: str | None = None,
                  problems: list[str] | None = None) -> None:
-        self.message = message
-        self.where = where
-        self.help = help
-        #: Further problems of the same kind found in the same pass (reported all at once).
-        self.problems = list(problems or [])
-        super().__init__(self._render())
+        # ``problems``: further problems of the same kind found in the same pass.
+        super().__init__(message, where=where, help=help, problems=problems or ())
 
-    def _render(self) -> str:
-        head = f"[{self.who}] "
-        if self.where:
-            head += f"{self.where}: "
-        text = head + self.message
-        for p in self.problems:
-            text += f"\n  - {p}"
-        if self.help:
-            text += f"\n  help: {self.help}"
-        return text
+    def render(self) -> str:
+        return f"[{self.who}] " + super().render()
 
 
 class ManifestProblem(KernRuntimeError):

@@ -3,7 +3,8 @@
 numpy has no bf16 or fp8 type, so those buffers travel as raw bits: ``read`` returns
 ``uint16`` for bf16 and ``uint8`` for fp8e4m3, and ``write`` accepts those (or ml_dtypes'
 ``bfloat16`` / ``float8_e4m3fn`` when the caller has them). :func:`to_bf16` and
-:func:`from_bf16` convert between float32 and bf16 bits (round to nearest even).
+:func:`from_bf16` convert between float32 and bf16 bits (round to nearest even); they, and
+the host dtype of each manifest dtype, are kern-weights' (:mod:`kern_weights.arrays`).
 
 A write may be a prefix: its elements are written from the start of the buffer (row-major,
 so a prefix of rows), as long as they fit the buffer at its symbol maxima.
@@ -15,16 +16,15 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from kern_manifest import Buffer, shape_at
+from kern_manifest import DTYPE_SIZES, Buffer, shape_at
+from kern_weights.arrays import STORAGE, from_bf16, to_bf16
 
 from .errors import CallerError
 
-#: Host dtype ``read`` returns for each manifest dtype.
-HOST_DTYPES: dict[str, np.dtype] = {
-    "bf16": np.dtype("<u2"), "f16": np.dtype("<f2"), "f32": np.dtype("<f4"),
-    "fp8e4m3": np.dtype("u1"), "i32": np.dtype("<i4"), "u32": np.dtype("<u4"),
-    "i64": np.dtype("<i8"), "u8": np.dtype("u1"),
-}
+__all__ = ["HOST_DTYPES", "from_bf16", "host_view", "to_bf16"]
+
+#: Host dtype ``read`` returns for each manifest dtype (its numpy storage).
+HOST_DTYPES: dict[str, np.dtype] = {d: STORAGE[d] for d in DTYPE_SIZES}
 
 #: Further host dtype names ``write`` accepts (same element size, raw bits or the real type).
 _ALSO_ACCEPTED: dict[str, tuple[str, ...]] = {
@@ -62,21 +62,3 @@ def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, in
                           f"({buf.dtype}{list(cap_shape)} at the symbol maxima)",
                           where=f"buffer `{name}`")
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-
-
-def to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 (or anything castable) -> bf16 bits as uint16, round to nearest even; NaN
-    stays NaN."""
-    f = np.ascontiguousarray(x, dtype=np.float32)
-    u = f.view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(f)
-    if nan.any():
-        rounded = np.where(nan, np.uint16(0x7FC0), rounded)
-    return rounded.reshape(f.shape)
-
-
-def from_bf16(bits: np.ndarray) -> np.ndarray:
-    """bf16 bits (uint16) -> float32, exactly."""
-    b = np.ascontiguousarray(bits, dtype=np.uint16)
-    return (b.astype(np.uint32) << 16).view(np.float32).reshape(b.shape)

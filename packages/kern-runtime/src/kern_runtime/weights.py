@@ -1,11 +1,8 @@
 """Weight binding: match the manifest's ``weight`` buffers to tensors in safetensors files.
 
-Only file headers are read here (pure; no GPU). A safetensors file is
-``u64-le header length N | N bytes of JSON header | data``; the header maps tensor names to
-``{"dtype", "shape", "data_offsets": [begin, end]}`` with offsets relative to the data
-section, plus an optional ``__metadata__`` entry. The header is parsed directly (rather
-than through ``safetensors.safe_open``) because upload streams byte ranges straight from the
-file into pinned staging memory, so the absolute file offsets are needed.
+Only file headers are read here (pure; no GPU), by kern-weights' one header reader
+(:func:`kern_weights.stfile.read_header`), which keeps each tensor's absolute file offsets:
+upload streams byte ranges straight from the file into pinned staging memory.
 
 Rules: every weight buffer is bound by its exact name to exactly one tensor across the files
 (missing and ambiguous names are errors); dtype and shape must match exactly (shape at the
@@ -15,40 +12,25 @@ Tensors the manifest does not name are ignored (counted in the summary).
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kern_manifest import DTYPE_SIZES, VerifiedManifest, shape_at
+from kern_weights import stfile
+from kern_weights.arrays import ST_NAMES
+from kern_weights.errors import HeaderError
+from kern_weights.stfile import TensorEntry
 
 from . import errors
 from .errors import WeightArtifactError
 
 #: safetensors dtype name -> manifest dtype.
-SAFETENSORS_DTYPES: dict[str, str] = {
-    "BF16": "bf16", "F16": "f16", "F32": "f32", "F8_E4M3": "fp8e4m3",
-    "I32": "i32", "U32": "u32", "I64": "i64", "U8": "u8",
-}
-#: Element sizes of safetensors dtypes, including ones the manifest has no name for.
-_ST_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2,
-             "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+SAFETENSORS_DTYPES: dict[str, str] = {st: d for d, st in ST_NAMES.items()}
 
-_MAX_HEADER = 100 * 2**20  # the format's own limit
-
-
-@dataclass(frozen=True, slots=True)
-class TensorEntry:
-    """One tensor in a safetensors file. ``start`` is the absolute file offset of its data."""
-
-    file: str
-    name: str
-    dtype: str          # safetensors dtype name, e.g. "BF16"
-    shape: tuple[int, ...]
-    start: int
-    nbytes: int
+__all__ = ["SAFETENSORS_DTYPES", "TensorEntry", "UploadChunk", "WeightBinding", "bind_weights",
+           "read_header", "upload_chunks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,56 +41,12 @@ class WeightBinding:
 
 def read_header(path: str | os.PathLike) -> dict[str, TensorEntry]:
     """Tensor entries of one safetensors file; raises :class:`WeightArtifactError` naming
-    the file if it is unreadable or malformed."""
-    p = str(path)
-    where = f"weight file `{p}`"
+    the file (and every bad entry) if it is unreadable or malformed."""
     try:
-        size = os.path.getsize(p)
-        with open(p, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise WeightArtifactError("file is shorter than a safetensors header", where=where)
-            (n,) = struct.unpack("<Q", head)
-            if n > _MAX_HEADER or 8 + n > size:
-                raise WeightArtifactError(f"header length {n} does not fit the file ({size} bytes)",
-                                          where=where, help="is this a safetensors file?")
-            raw = f.read(n)
-    except OSError as err:
-        raise WeightArtifactError(f"cannot read: {err.strerror or err}", where=where) from None
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WeightArtifactError(f"header is not valid JSON: {err}", where=where) from None
-    if not isinstance(doc, dict):
-        raise WeightArtifactError("header is not a JSON object", where=where)
-    data_start = 8 + n
-    out: dict[str, TensorEntry] = {}
-    problems: list[str] = []
-    for name, info in doc.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = info["dtype"]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            problems.append(f"tensor `{name}`: malformed header entry {info!r}")
-            continue
-        elems = 1
-        for d in shape:
-            elems *= d
-        esize = _ST_SIZES.get(dtype)
-        if esize is None:
-            problems.append(f"tensor `{name}`: unknown dtype {dtype!r}")
-            continue
-        if not 0 <= begin <= end or data_start + end > size or end - begin != elems * esize:
-            problems.append(f"tensor `{name}`: data_offsets [{begin}, {end}] do not match "
-                            f"{dtype}{list(shape)} inside a {size}-byte file")
-            continue
-        out[name] = TensorEntry(p, name, dtype, shape, data_start + begin, end - begin)
-    if problems:
-        raise WeightArtifactError("malformed safetensors header", where=where, problems=problems)
-    return out
+        return stfile.read_header(path)
+    except HeaderError as err:
+        raise WeightArtifactError(err.message, where=f"weight file `{err.path}`", help=err.help,
+                                  problems=err.problems) from None
 
 
 def bind_weights(vm: VerifiedManifest, files: Sequence[str | os.PathLike]

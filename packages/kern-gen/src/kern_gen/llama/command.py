@@ -5,14 +5,13 @@ paths given as options are taken as given.  A missing input is refused in one li
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from kern_manifest import KernError, fail
 
 from . import repo
-from .errors import WiringError
 from .pipeline import generate, write
 
 PRESETS = {
@@ -52,9 +51,8 @@ def _make(preset: str):
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label, command=f"uv run --frozen kern-gen {preset}", nvcc=nvcc)
-        except WiringError as exc:
-            print(f"kern-gen {preset}: refused: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
+        except KernError as exc:  # a falsified fact, or a capture that cannot be read
+            fail(f"kern-gen {preset}", exc)
         write(r, out)
         print(f"wrote {shown}/manifest.json ({len(r.cubins)} cubins, export-plan.json, "
               f"README.md)")

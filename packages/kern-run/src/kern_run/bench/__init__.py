@@ -7,7 +7,7 @@ table and the rest still runs):
   ms/token (target ≤ 0.35 ms), GPU time per back-to-back decode graph, host time per step;
 - ``qwen3``: a Qwen3-4B-shape manifest (``--qwen3 DIR`` holding ``manifest.json``,
   ``kernels/``, optional ``export-plan.json``) with seeded random weights (an HF checkpoint made by
-  transformers, exported with ``kern_gen.export``; cached in ``$KERN_CACHE``): decode ms/token
+  transformers, exported with ``kern_weights``; cached in ``$KERN_CACHE``): decode ms/token
   next to the same step's GEMMs alone (:mod:`.gemm_only`; target: the rest adds ≤ 12 %), and
   prefill throughput of a 2048-token prompt (target ≥ 40k tokens/s);
 - baseline (unless ``--no-baseline``): transformers + ``torch.compile(mode="reduce-overhead",
@@ -145,9 +145,8 @@ def gemms_alone_ms(manifest: Path, kernels: Path, weights: list[Path], gpu: int)
 def export_weights(manifest: Path, plan: Path | None, hf_dir: Path, out: Path) -> Path:
     if out.is_file():
         return out
-    from kern_gen.export import Plan, export, open_source, read_manifest
-    export(read_manifest(manifest), open_source(hf=hf_dir), out,
-           Plan.read(plan) if plan is not None else Plan())
+    from kern_weights import export_files, open_source
+    export_files(manifest, open_source(hf=hf_dir), out, plan)
     return out
 
 
@@ -365,7 +364,7 @@ def spec_set_rows(rep: Report, sp: dict, peer: dict | None) -> None:
 
 def smollm2_config(gguf: Path) -> dict:
     """The transformers config of the SmolLM2 GGUF's shape (for the baseline)."""
-    from ..gguf_meta import read_metadata
+    from kern_weights.gguf import read_metadata
     m = read_metadata(gguf)
     a = m.get("general.architecture", "llama")
     heads = m[f"{a}.attention.head_count"]

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kern_manifest import KernError
+
 #: Category names, in report order.
 GEMM, TRITON, OWN, OTHER = "GEMM (cuBLAS)", "Inductor (Triton)", "own (kern_*)", "other"
 CATEGORIES = (GEMM, TRITON, OWN, OTHER)
@@ -35,8 +37,11 @@ TOP = 10
 STEPS = 20
 
 
-class ProfileError(RuntimeError):
-    """The profile could not be taken or holds no kernels; the message says why."""
+class ProfileError(KernError, RuntimeError):
+    """The profile could not be taken or holds no kernels; the message says why (a command
+    exits 1: the run failed)."""
+
+    exit_code = 1
 
 
 def category(name: str) -> str:

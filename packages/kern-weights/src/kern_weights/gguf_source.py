@@ -1,5 +1,6 @@
 """A GGUF file as a weight source: tensors dequantized by the ``gguf`` package, named and
-row-ordered as Hugging Face's (see :mod:`.gguf_map`)."""
+row-ordered as Hugging Face's (see :mod:`.gguf_map`); metadata by kern's own reader
+(:mod:`.gguf`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from . import gguf_map
-from .dtypes import Array
-from .errors import ExportError
+from .arrays import Array
+from .errors import ExportError, GGUFError
+from .gguf import read_metadata
 from .sources import TensorInfo, missing
 
 _CHUNK_ELEMENTS = 1 << 20
@@ -33,15 +35,13 @@ class GGUFSource:
             self._reader = gguf.GGUFReader(self.path)
         except Exception as err:  # the reader raises ValueError, struct.error, OSError, ...
             raise ExportError(f"{self.where}: not a readable GGUF file ({err})") from None
-        meta: dict[str, Any] = {}
-        for key, field in self._reader.fields.items():
-            if key.startswith("tokenizer."):
-                continue
-            try:
-                meta[key] = field.contents()
-            except Exception:  # a field type this gguf version cannot decode: not needed
-                continue
-        self.meta = meta
+        try:
+            # the tokenizer's keys are not needed here (and are the bulk of the metadata)
+            meta = {k: v for k, v in read_metadata(self.path).items()
+                    if not k.startswith("tokenizer.")}
+        except GGUFError as err:
+            raise ExportError(f"{self.where}: not a readable GGUF file ({err})") from None
+        self.meta: dict[str, Any] = meta
         self.arch = str(meta.get("general.architecture", ""))
         gguf_names = {t.name for t in self._reader.tensors}
         self.config: dict[str, Any] = gguf_map.hf_config(self.arch, meta, gguf_names)

@@ -1,4 +1,9 @@
-"""The ``kern-gen export`` command (registered on the app in :mod:`kern_gen.cli`)."""
+"""The ``kern-gen export`` command (registered on the app in :mod:`kern_gen.cli`); the
+exporter itself is :mod:`kern_weights`.
+
+The names this module had as a package (``kern_gen.export.export``, ``Plan``, ...) are
+re-exported from :mod:`kern_weights`, so code written against them keeps working.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,18 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from kern_manifest import KernError, fail
+from kern_weights import (Array, ExportError, HFSource, Plan, Progress, Recipe, SafetensorsWriter,
+                          Slot, Source, Summary, TensorInfo, bf16_to_f32, convert, export,
+                          export_files, f32_to_bf16, make_recipes, open_source, read_manifest,
+                          weight_slots)
 
-from .errors import ExportError
+__all__ = [
+    "Array", "ExportError", "HFSource", "Plan", "Progress", "Recipe", "SafetensorsWriter",
+    "Slot", "Source", "Summary", "TensorInfo", "bf16_to_f32", "convert", "export",
+    "export_command", "f32_to_bf16", "make_recipes", "open_source", "read_manifest",
+    "weight_slots",
+]
 
 #: Exports at least this large show progress on stderr by default.
 PROGRESS_BYTES = 64 * 2**20
@@ -22,7 +37,7 @@ class _Printer:
         self.tty = sys.stderr.isatty()
         self.last = 0.0
 
-    def __call__(self, p) -> None:  # p: run.Progress
+    def __call__(self, p: Progress) -> None:
         now = time.monotonic()
         final = p.index == p.count
         if not final and now - self.last < (0.2 if self.tty else 2.0):
@@ -38,12 +53,6 @@ class _Printer:
         sys.stderr.flush()
 
 
-def _fail(problems: list[str]) -> None:
-    for line in problems:
-        sys.stderr.write(f"kern-gen export: error: {line}\n")
-    raise typer.Exit(2)
-
-
 def export_command(
     manifest: Annotated[Path, typer.Option("--manifest", "-m", help="kern manifest (JSON)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="safetensors file to write")],
@@ -52,7 +61,7 @@ def export_command(
     gguf: Annotated[Optional[Path], typer.Option("--gguf", help="GGUF file")] = None,
     plan: Annotated[Optional[Path], typer.Option(
         "--plan", help="JSON plan: merged projections, tied or derived weights "
-                       "(see kern_gen.export.plan)")] = None,
+                       "(see kern_weights.export_plan)")] = None,
     progress: Annotated[Optional[bool], typer.Option(
         "--progress/--no-progress",
         help=f"progress on stderr (default: for exports of {PROGRESS_BYTES >> 20} MiB or more)"
@@ -62,20 +71,15 @@ def export_command(
 
     Every `weight` buffer is written with the manifest's name, dtype and shape.
     """
-    from . import run
-    from .plan import Plan
-    from .sources import open_source
-
     try:
-        m = run.read_manifest(manifest)
+        m = read_manifest(manifest)
         p = Plan.read(plan) if plan is not None else Plan()
         src = open_source(hf=hf, gguf=gguf)
-        total = sum(s.nbytes for s in run.weight_slots(m))
+        total = sum(s.nbytes for s in weight_slots(m))
         show = progress if progress is not None else total >= PROGRESS_BYTES
-        summary = run.export(m, src, out, p, progress=_Printer() if show else None)
-    except ExportError as err:
-        _fail(err.problems)
-        return
+        summary = export_files(m, src, out, p, progress=_Printer() if show else None)
+    except KernError as err:
+        fail("kern-gen export", err)
     unused = f"; {len(summary.unused)} source tensors unused" if summary.unused else ""
     sys.stderr.write(f"kern-gen export: wrote {summary.tensors} tensors, "
                      f"{summary.bytes / 2**20:.1f} MiB to {summary.out} in "

@@ -1,5 +1,8 @@
 """Export: resolve every manifest weight to a recipe (checking everything before a byte is
-written), then stream the tensors into one safetensors file."""
+written), then stream the tensors into one safetensors file. :func:`export` takes what is
+already read; :func:`export_files` reads the manifest, the plan and the source from files,
+the one way every caller (``kern-gen export``, kern-run's default model, the device checks)
+exports."""
 
 from __future__ import annotations
 
@@ -15,11 +18,11 @@ import numpy as np
 from kern_manifest import Manifest, ManifestError, read, shape_at
 from kern_manifest.expr import corners
 
+from .arrays import STORAGE, Array, can_convert, convert, convert_into
 from .derived import DERIVED, Thunk
-from .dtypes import STORAGE, Array, can_convert, convert, convert_into
 from .errors import ExportError
-from .plan import Plan, Rule
-from .sources import Source, missing
+from .export_plan import Plan, Rule
+from .sources import Source, missing, open_source
 from .writer import SafetensorsWriter, Slot
 
 
@@ -169,3 +172,18 @@ def export(manifest: Manifest, source: Source, out: str | os.PathLike, plan: Pla
                 progress(Progress(i + 1, len(recipes), r.slot.name, done, w.total,
                                   time.monotonic() - t0))
     return Summary(Path(out), len(recipes), done, time.monotonic() - t0, unused)
+
+
+def export_files(manifest: Manifest | str | os.PathLike, source: Source | str | os.PathLike,
+                 out: str | os.PathLike, plan: Plan | str | os.PathLike | None = None, *,
+                 progress: Callable[[Progress], Any] | None = None,
+                 metadata: dict[str, str] | None = None) -> Summary:
+    """:func:`export` from files: ``manifest`` a path (or a read :class:`Manifest`),
+    ``source`` a path — a directory is a Hugging Face checkpoint, a file a GGUF file — (or an
+    open :class:`Source`), ``plan`` a plan file (or a :class:`Plan`; None: the default plan).
+    Every problem is an :class:`ExportError` naming the file."""
+    m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
+    p = plan if isinstance(plan, Plan) or plan is None else Plan.read(plan)
+    if isinstance(source, (str, os.PathLike)):
+        source = open_source(hf=source) if Path(source).is_dir() else open_source(gguf=source)
+    return export(m, source, out, p, progress=progress, metadata=metadata)

@@ -1,8 +1,10 @@
-"""Element types and conversions, numpy only (no torch).
+"""Element types and conversions, numpy only (no torch): the one home of kern's dtype tables
+and of its bf16 conversion (kern-runtime's ``to_bf16``/``from_bf16`` are these functions).
 
 bf16 has no numpy dtype: a bf16 array is carried as ``uint16`` bit patterns, tagged by an
-:class:`Array`. f32 -> bf16 rounds to nearest, ties to even (what torch's ``.to(bfloat16)``
-and the hardware do); NaN stays NaN (quiet), infinities stay infinite.
+:class:`Array`. f32 -> bf16 rounds to nearest, ties to even, exactly as torch's
+``.to(bfloat16)`` does, NaN included: every NaN becomes the quiet NaN ``0x7FC0`` (sign and
+payload dropped); infinities stay infinite.
 """
 
 from __future__ import annotations
@@ -20,14 +22,23 @@ ST_NAMES: dict[str, str] = {
 }
 #: safetensors dtype name -> kern dtype (source side; F64 is accepted as a float source).
 FROM_ST: dict[str, str] = {v: k for k, v in ST_NAMES.items()} | {"F64": "f64"}
+#: Element size of every safetensors dtype, including those kern has no name for.
+ST_SIZES: dict[str, int] = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
 
-#: numpy storage of each dtype (bf16 as its bit pattern, fp8 as raw bytes).
+#: numpy storage of each dtype (bf16 as its bit pattern, fp8 as raw bytes); for the manifest
+#: dtypes also the host arrays kern-runtime's ``read`` returns and ``write`` takes.
 STORAGE: dict[str, np.dtype] = {
     "bf16": np.dtype("<u2"), "f16": np.dtype("<f2"), "f32": np.dtype("<f4"),
     "f64": np.dtype("<f8"), "fp8e4m3": np.dtype("u1"), "i32": np.dtype("<i4"),
     "u32": np.dtype("<u4"), "i64": np.dtype("<i8"), "u8": np.dtype("u1"),
 }
 SIZES: dict[str, int] = {k: v.itemsize for k, v in STORAGE.items()}
+
+#: The bf16 bits of every NaN (torch's choice: positive, quiet, no payload).
+BF16_NAN = 0x7FC0
 
 FLOATS = frozenset({"bf16", "f16", "f32", "f64"})
 
@@ -53,20 +64,28 @@ def can_convert(src: str, dst: str) -> bool:
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns (uint16) -> float32, exactly."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    """bf16 bit patterns (uint16, or anything castable) -> float32, exactly; same shape."""
+    b = np.ascontiguousarray(bits, dtype=np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    """float32 (or anything castable) -> bf16 bit patterns (uint16), round to nearest even;
+    every NaN -> :data:`BF16_NAN`; same shape."""
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    u = f.view(np.uint32)
     lsb = (u >> np.uint32(16)) & np.uint32(1)
-    r = u + (np.uint32(0x7FFF) + lsb)  # wraps only for NaN payloads, handled below
+    r = u + (np.uint32(0x7FFF) + lsb)  # wraps only for NaN bit patterns, replaced below
     out = (r >> np.uint32(16)).astype(np.uint16)
-    nan = np.isnan(x)
+    nan = np.isnan(f)
     if nan.any():
-        out[nan] = ((u[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
+        out[nan] = BF16_NAN
     return out
+
+
+#: kern-runtime's names for the same two conversions.
+to_bf16 = f32_to_bf16
+from_bf16 = bf16_to_f32
 
 
 #: Elements converted at a time: bounds the temporaries of a conversion to a few MiB.

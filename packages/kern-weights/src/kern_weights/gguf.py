@@ -1,6 +1,8 @@
 """A GGUF file's key-value metadata, read without its tensor index (fast: the tokenizer of a
 GGUF needs ~100k strings, which ``gguf.GGUFReader`` takes seconds to parse together with
-everything else). Little-endian GGUF v2/v3 only."""
+everything else). Little-endian GGUF v2/v3 only. The one GGUF metadata reader: kern-run's
+tokenizer and the GGUF weight source (:mod:`.gguf_source`) both read metadata here; needs
+no ``gguf`` package."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KernRunError
+from .errors import GGUFError
 
 _NUM = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
         10: "<u8", 11: "<i8", 12: "<f8"}
@@ -23,7 +25,7 @@ class _Cursor:
 
     def take(self, n: int) -> memoryview:
         if self.pos + n > len(self.data):
-            raise KernRunError(f"{self.where}: truncated GGUF metadata")
+            raise GGUFError(f"{self.where}: truncated GGUF metadata")
         out = self.data[self.pos:self.pos + n]
         self.pos += n
         return out
@@ -51,7 +53,7 @@ class _Cursor:
             dt = np.dtype(_NUM[vtype])
             v = np.frombuffer(self.take(dt.itemsize), dtype=dt)[0].item()
             return bool(v) if vtype == _BOOL else v
-        raise KernRunError(f"{self.where}: unknown GGUF value type {vtype}")
+        raise GGUFError(f"{self.where}: unknown GGUF value type {vtype}")
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -62,15 +64,15 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
             import mmap
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as err:
-        raise KernRunError(f"{where}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        raise GGUFError(f"{where}: cannot read: {getattr(err, 'strerror', None) or err}") from None
     view = memoryview(mm)
     try:
         cur = _Cursor(view, where)
         if bytes(cur.take(4)) != b"GGUF":
-            raise KernRunError(f"{where}: not a GGUF file (no GGUF magic)")
+            raise GGUFError(f"{where}: not a GGUF file (no GGUF magic)")
         version = cur.u32()
         if version not in (2, 3):
-            raise KernRunError(f"{where}: GGUF version {version} is not supported (2 or 3, "
+            raise GGUFError(f"{where}: GGUF version {version} is not supported (2 or 3, "
                                f"little-endian)")
         cur.u64()  # tensor count
         count = cur.u64()

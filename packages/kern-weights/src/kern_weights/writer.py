@@ -20,7 +20,7 @@ from types import TracebackType
 
 import numpy as np
 
-from .dtypes import SIZES, ST_NAMES, STORAGE
+from .arrays import SIZES, ST_NAMES, STORAGE
 from .errors import ExportError
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import Array
+from .arrays import Array
 from .errors import ExportError
 
 Thunk = Callable[[], Array]

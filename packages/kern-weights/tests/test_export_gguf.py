@@ -27,9 +27,9 @@ if _SPEC is None or not _SPEC.submodule_search_locations:
                 allow_module_level=True)
 gguf = pytest.importorskip("gguf")
 
-from kern_gen.export import gguf_map  # noqa: E402
-from kern_gen.export.dtypes import bf16_to_f32, f32_to_bf16  # noqa: E402
-from kern_gen.export.gguf_source import GGUFSource  # noqa: E402
+from kern_weights import gguf_map  # noqa: E402
+from kern_weights.arrays import bf16_to_f32, f32_to_bf16  # noqa: E402
+from kern_weights.gguf_source import GGUFSource  # noqa: E402
 
 GGUF = os.path.join(list(_SPEC.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
 LAYERS, HID, HEADS, KV, HD, INTER, VOCAB = 30, 576, 9, 3, 64, 1536, 49152
@@ -66,7 +66,7 @@ def test_config_and_names(source):
 
 
 def _export(tmp_path, make_manifest, dtype: str, merged: bool, source):
-    from kern_gen.export import Plan, export, read_manifest
+    from kern_weights import Plan, export, read_manifest
 
     w = {n: (dtype, list(i.shape)) for n, i in source.tensors().items()}
     w["lm_head.weight"] = (dtype, [VOCAB, HID])

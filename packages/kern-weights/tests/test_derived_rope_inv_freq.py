@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kern_gen.export.derived import DERIVED
-from kern_gen.export.errors import ExportError
+from kern_weights.derived import DERIVED
+from kern_weights.errors import ExportError
 
 
 def test_values_follow_hf_float32_recipe():

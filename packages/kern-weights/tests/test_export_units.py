@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kern_gen.export import Array, ExportError, Plan, SafetensorsWriter, Slot, convert, gguf_map
-from kern_gen.export.derived import DERIVED
-from kern_gen.export.dtypes import bf16_to_f32, f32_to_bf16
+from kern_weights import Array, ExportError, Plan, SafetensorsWriter, Slot, convert, gguf_map
+from kern_weights.derived import DERIVED
+from kern_weights.arrays import bf16_to_f32, f32_to_bf16
 
 # --- q/k permutation ---------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ def test_conversion_errors():
 
 
 def test_chunked_conversion_matches(monkeypatch):
-    from kern_gen.export import dtypes
+    from kern_weights import arrays as dtypes
 
     x = np.random.default_rng(1).standard_normal((37, 11)).astype(np.float32)
     whole = convert(Array(x, "f32"), "bf16", "t")

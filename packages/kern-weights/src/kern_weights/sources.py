@@ -7,7 +7,7 @@ more than the tensor it is writing. ``config`` is the model's configuration unde
 tensors read their parameters from it.
 
 Two sources: :class:`HFSource` (a checkpoint directory of ``*.safetensors``, sharded or
-not) and :class:`~kern_gen.export.gguf_source.GGUFSource` (a GGUF file, dequantized).
+not) and :class:`~kern_weights.gguf_source.GGUFSource` (a GGUF file, dequantized).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .dtypes import FROM_ST, SIZES, STORAGE, Array
-from .errors import ExportError
-
-_MAX_HEADER = 100 * 2**20  # the safetensors format's own limit
-
+from .arrays import STORAGE, Array
+from .errors import ExportError, HeaderError
+from .stfile import TensorEntry, read_header
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
@@ -66,57 +63,22 @@ def missing(source: Source, name: str) -> str:
 # --- safetensors ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    file: str
-    start: int  # absolute file offset of the data
-    nbytes: int
-    info: TensorInfo
-
-
-def read_safetensors_header(path: str | os.PathLike) -> dict[str, _Entry]:
-    """Tensor entries of one safetensors file; :class:`ExportError` naming the file if it is
+def read_safetensors_header(path: str | os.PathLike) -> dict[str, TensorEntry]:
+    """Tensor entries of one safetensors file (:func:`.stfile.read_header`), every one of a
+    dtype export reads; :class:`ExportError` naming the file, one line per problem, if it is
     unreadable or malformed."""
-    p = str(path)
     try:
-        size = os.path.getsize(p)
-        with open(p, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise ExportError(f"`{p}`: too short for a safetensors file")
-            (n,) = struct.unpack("<Q", head)
-            if n > _MAX_HEADER or 8 + n > size:
-                raise ExportError(f"`{p}`: header length {n} does not fit the file "
-                                  f"({size} bytes); is it a safetensors file?")
-            raw = f.read(n)
-    except OSError as err:
-        raise ExportError(f"`{p}`: cannot read: {err.strerror or err}") from None
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ExportError(f"`{p}`: safetensors header is not valid JSON ({err})") from None
-    if not isinstance(doc, dict):
-        raise ExportError(f"`{p}`: safetensors header is not a JSON object")
-    out: dict[str, _Entry] = {}
-    for name, e in doc.items():
-        if name == "__metadata__":
-            continue
-        try:
-            st = e["dtype"]
-            shape = tuple(int(d) for d in e["shape"])
-            begin, end = (int(x) for x in e["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise ExportError(f"`{p}`: malformed header entry for `{name}`") from None
-        dtype = FROM_ST.get(st)
-        if dtype is None:
-            raise ExportError(f"`{p}`: tensor `{name}` has dtype {st}, which export "
-                              f"does not read")
-        want = int(np.prod(shape, dtype=np.int64)) * SIZES[dtype]
-        if not 0 <= begin <= end or end - begin != want or 8 + n + end > size:
-            raise ExportError(f"`{p}`: tensor `{name}`: data_offsets [{begin}, {end}] do not "
-                              f"match {st}{list(shape)} in a {size}-byte file")
-        out[name] = _Entry(p, 8 + n + begin, end - begin, TensorInfo(name, shape, dtype))
-    return out
+        entries = read_header(path)
+    except HeaderError as err:
+        if err.problems:
+            raise ExportError(*(f"{err.where}: {p}" for p in err.problems)) from None
+        hint = f"; {err.help}" if err.help else ""
+        raise ExportError(f"{err.where}: {err.message}{hint}") from None
+    unread = [f"`{e.file}`: tensor `{e.name}` has dtype {e.dtype}, which export does not read"
+              for e in entries.values() if e.kern_dtype is None]
+    if unread:
+        raise ExportError(*unread)
+    return entries
 
 
 class HFSource:
@@ -144,14 +106,15 @@ class HFSource:
             files = sorted(d.glob("*.safetensors"))
         if not files:
             raise ExportError(f"{self.where}: no *.safetensors files")
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, TensorEntry] = {}
         for f in files:
             for name, e in read_safetensors_header(f).items():
                 if name in self._entries:
                     raise ExportError(f"{self.where}: tensor `{name}` is in both "
                                       f"`{Path(self._entries[name].file).name}` and `{f.name}`")
                 self._entries[name] = e
-        self._infos = {n: e.info for n, e in self._entries.items()}
+        self._infos = {n: TensorInfo(n, e.shape, e.kern_dtype)  # type: ignore[arg-type]
+                       for n, e in self._entries.items()}
         self.config: dict[str, Any] = {}
         cfg = d / "config.json"
         if cfg.is_file():
@@ -169,7 +132,7 @@ class HFSource:
         e = self._entries.get(name)
         if e is None:
             raise ExportError(missing(self, name))
-        info = e.info
+        info = self._infos[name]
         try:
             if info.dtype in ("bf16", "fp8e4m3"):
                 with open(e.file, "rb") as f:
