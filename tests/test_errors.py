@@ -10,7 +10,7 @@ from kern_gen.llama import WiringError
 from kern_manifest import DecodeError, Diagnostic, KernError, ManifestError, VerificationError, fail
 from kern_mine import CaptureFormatError, MineError
 from kern_run.errors import ContractError, KernRunError, NoGpuError
-from kern_run.profile import ProfileError
+from kern_run.bench.profile import ProfileError
 from kern_runtime import (CallerError, CudaError, KernelArtifactError, KernRuntimeError,
                           ManifestProblem, WeightArtifactError)
 

@@ -16,6 +16,5 @@ def test_missing_capture_is_one_line(tmp_path, preset):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
     assert r.output.splitlines() == [
-        f"kern-gen {preset}: error: {missing}: not a capture directory (no launches file, "
-        f"no pid-* directory)"]
+        f"kern-gen {preset}: refused: capture `{missing}` does not exist"]
     assert not out.exists()
