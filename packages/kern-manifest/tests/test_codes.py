@@ -59,6 +59,8 @@ CASES = {
     "E0103-negative": (lambda d: d["states"]["cache"].update(bytes_per_token=-1),
                        {("E0103", "states.cache.bytes_per_token")}),
     "E0104": (lambda d: d["states"]["cache"].update(align=96), {("E0104", "states.cache.align")}),
+    "E0105": (lambda d: d["states"]["cache"].update(bytes_per_token=2**200),
+              {("E0105", "states.cache.bytes_per_token")}),
     # E02xx: shapes
     "E0201-empty": (lambda d: d["buffers"]["gamma"].update(shape=[]),
                     {("E0201", "buffers.gamma.shape")}),
