@@ -18,7 +18,8 @@ class Code(NamedTuple):
 
 CODES: dict[str, Code] = {
     "E0001": Code("unreadable input", """\
-The file could not be read, or is not UTF-8 text. Nothing else was checked."""),
+The file could not be read, or is not UTF-8 text (the message names the offset and line of
+the first byte that is not). Nothing else was checked."""),
     "E0002": Code("malformed JSON", """\
 The input is not valid JSON. The message gives the line and column where the JSON parser
 stopped. Nothing else was checked."""),
@@ -41,6 +42,21 @@ have exactly one kind key (`{"buf": ...}`, `{"sym": ...}`, `{"i32": ...}`, ...).
 A parameter type string does not match
 `^(i32|u32|i64|f32|u8|(in|out|inout) (ptr|buffer<DTYPE>))$`. Pointers and buffers must
 declare a direction: write `"in buffer<bf16>"`, not `"buffer<bf16>"`."""),
+    "E0008": Code("string is not Unicode text", """\
+A string or key holds a lone surrogate: a `\\uD800`-`\\uDFFF` escape that is not half of
+a surrogate pair (`"\\ud83d\\ude00"` is one character; `"\\udfff"` alone is none). Such a
+string cannot be written as UTF-8, so no tool could print or re-encode the name."""),
+    "E0009": Code("nesting too deep", """\
+Arrays and objects nest at most 64 levels deep, and an expression nests at most 16
+operations (`{"mul": [{"ceil_div": [{"sym": "tokens"}, 4]}, 2]}` is 3). The format needs 12
+levels with the deepest expressions generators write; the limits keep every reader and
+the verifier within a bounded stack. The path is where the limit is crossed."""),
+    "E0010": Code("number out of range", """\
+An integer literal has more than 100 digits (every integer of the format fits in 64 bits;
+larger values that fit the limit are judged by the rule of their place, e.g. E0203, E0409),
+or a number is not finite: `NaN` and `Infinity` are not JSON, and a literal such as `1e400`
+overflows a 64-bit float. JSON cannot write infinity or NaN, so an `f32` literal is always
+a finite number; `encode` refuses a manifest built in code that holds one."""),
     "E0101": Code("unsupported format version", """\
 `meta.version` must be 2: this verifier implements manifest format version 2 only."""),
     "E0102": Code("inconsistent symbol bounds", """\

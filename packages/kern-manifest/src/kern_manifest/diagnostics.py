@@ -6,7 +6,20 @@ the long form. Rendering lives in :mod:`kern_manifest.render`.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
+
+LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate written as a ``\\udXXX`` escape: safe to print or
+    encode as UTF-8 (diagnostics quote names taken from the input, file names may hold
+    undecodable bytes)."""
+    if LONE_SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class Diagnostic(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -43,7 +56,7 @@ class ManifestError(Exception):
         more = len(self.diagnostics) - 1
         if more > 0:
             summary += f" (and {more} more)"
-        super().__init__(f"{source}: {summary}" if source else summary)
+        super().__init__(printable(f"{source}: {summary}" if source else summary))
 
 
 class DecodeError(ManifestError):
@@ -52,3 +65,8 @@ class DecodeError(ManifestError):
 
 class VerificationError(ManifestError):
     """The manifest decoded but breaks verifier rules (exit status 1 in the CLI)."""
+
+
+class EncodeError(ManifestError):
+    """A manifest (built in code) that JSON cannot carry faithfully: ``encode`` refuses what
+    ``decode`` would refuse (lone surrogates, non-finite numbers, over-long integers)."""
