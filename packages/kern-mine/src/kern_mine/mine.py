@@ -41,6 +41,13 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
         except OSError as e:
             raise MineError(f"{capture}: {e.strerror or e}") from e
     launches = capture.launches
+    if not launches:
+        raise MineError(f"{capture.launches_path}: no launch records (an empty capture: the "
+                        "process launched no kernel, or the capture library was not loaded)")
+    warnings = []
+    if capture.partial_line is not None:
+        warnings.append(f"{capture.launches_path}:{capture.partial_line}: partial last line dropped "
+                        "(the capturing process was cut short mid-write)")
     sel = select_launches(launches, opts.min_repeats)
     kept = sel.kept
     kept_t = [launches[i].t_ns for i in kept]
@@ -120,4 +127,5 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
             forwards=fam.forwards, irregular=[k for k in fam.forwards if not passes.forwards[k].regular]))
     return Mined(capture=str(capture.launches_path), options=opts, launches=len(launches),
                  not_executed=sel.not_executed, dummy=len(sel.dummy), kept=len(kept), unassigned=passes.unassigned,
-                 requests=req_infos, passes=pass_infos, families=fam_infos, groups=group_infos)
+                 requests=req_infos, passes=pass_infos, families=fam_infos, groups=group_infos,
+                 warnings=warnings)
