@@ -157,6 +157,17 @@ def test_json_depth_limit_is_exact():
         from_obj(deep)
 
 
+def test_from_obj_bounds_tuples_built_in_code(toy):
+    shape: tuple = ()
+    for _ in range(5000):
+        shape = (shape,)
+    toy["buffers"]["h"]["shape"] = shape
+    with pytest.raises(DecodeError) as info:
+        from_obj(toy)
+    assert [d.code for d in info.value.diagnostics] == ["E0009"]
+    assert info.value.diagnostics[0].path.startswith("buffers.h.shape[0][0]")
+
+
 def test_limits_are_the_documented_ones():
     text = CODES["E0009"].explanation
     assert f"{MAX_DEPTH} levels" in text and f"{MAX_EXPR_DEPTH}\noperations" in text

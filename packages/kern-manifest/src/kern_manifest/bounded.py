@@ -211,7 +211,7 @@ def check_tree(doc: Any) -> list[Diagnostic]:
             shown = value.text if len(value.text) <= 40 else value.text[:40] + "..."
             out.append(Diagnostic("E0010", f"number `{shown}` {value.why}", path or "(top level)",
                                   note=value.note))
-        elif isinstance(value, (dict, list)):
+        elif isinstance(value, (dict, list, tuple)):  # tuples: documents built in code
             if depth > MAX_DEPTH:
                 out.append(depth_diagnostic(path or "(top level)"))
                 continue

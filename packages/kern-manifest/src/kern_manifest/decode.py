@@ -52,6 +52,9 @@ def _convert(value: Any, typ: type, path: str, out: list[Diagnostic]) -> Any:
     # ``value`` passed check_tree: nested at most MAX_DEPTH, so msgspec cannot recurse out.
     try:
         return msgspec.convert(value, typ)
+    except RecursionError:  # only from a non-JSON container check_tree does not walk
+        out.append(bounded.depth_diagnostic(path))
+        return None
     except msgspec.ValidationError as err:
         diag = _convert_error(err, path)
         if "[...]" in diag.path and typ is Kernel:
