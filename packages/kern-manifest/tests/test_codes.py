@@ -28,6 +28,13 @@ def dargs(doc, i):
     return doc["programs"]["step"]["dispatches"][i]["args"]
 
 
+def _nested_expr(depth):
+    e = {"sym": "tokens"}
+    for _ in range(depth - 1):
+        e = {"mul": [e, 2]}
+    return e
+
+
 def _set(path_fn, value):
     return lambda doc: path_fn(doc, value)
 
@@ -46,6 +53,13 @@ CASES = {
                       {("E0004", f"{EN}.impl.scratch.part.x")}),
     "E0007-dtype": (lambda d: norm_step(d)["params"].__setitem__(3, "in buffer<f64>"),
                     {("E0007", f"{NORM}.impl.steps[0].params[3]")}),
+    "E0008": (lambda d: d["buffers"]["h"].update(dtype="\udfff"), {("E0008", "buffers.h.dtype")}),
+    "E0009": (lambda d: dargs(d, 1).__setitem__(3, {"expr": _nested_expr(17)}),
+              {("E0009", f"{D}[1].args[3].expr")}),
+    "E0010-int": (lambda d: d["symbols"]["tokens"].update(max=10**100),
+                  {("E0010", "symbols.tokens.max")}),
+    "E0010-nan": (lambda d: en_steps(d)[1]["args"].__setitem__(2, {"f32": float("nan")}),
+                  {("E0010", f"{EN}.impl.steps[1].args[2].f32")}),
     # E01xx: header
     "E0101": (lambda d: d["meta"].update(version=3), {("E0101", "meta.version")}),
     "E0102-min-above-max": (lambda d: d["symbols"]["tokens"].update(min=300),
@@ -59,6 +73,8 @@ CASES = {
     "E0103-negative": (lambda d: d["states"]["cache"].update(bytes_per_token=-1),
                        {("E0103", "states.cache.bytes_per_token")}),
     "E0104": (lambda d: d["states"]["cache"].update(align=96), {("E0104", "states.cache.align")}),
+    "E0105": (lambda d: d["states"]["cache"].update(bytes_per_token=2**200),
+              {("E0105", "states.cache.bytes_per_token")}),
     # E02xx: shapes
     "E0201-empty": (lambda d: d["buffers"]["gamma"].update(shape=[]),
                     {("E0201", "buffers.gamma.shape")}),

@@ -39,12 +39,28 @@ def _render(text: str, source: str) -> tuple[str, str]:
     return render_human(diags, source, text), render_json([(source, stage, diags)])
 
 
+def _limits(toy: dict) -> str:
+    """One of each reader limit but nesting (which stops the reader on its own)."""
+    toy["buffers"]["h"]["dtype"] = "\udfff"
+    toy["kernels"]["energy"]["impl"]["steps"][1]["args"][2] = {"f32": float("nan")}
+    return json.dumps(toy, indent=1).replace('"max": 256', '"max": ' + "7" * 101)
+
+
+def _too_deep(toy: dict) -> str:
+    deep = '{"sym": "tokens"}'
+    for _ in range(40):
+        deep = '{"mul": [' + deep + ", 2]}"
+    return json.dumps(toy, indent=1).replace('{\n        "sym": "tokens"\n       }', deep, 1)
+
+
 CASES = {
     "verify_errors": lambda toy: json.dumps(_broken(toy), indent=1),
     "decode_errors": lambda toy: json.dumps(_undecodable(toy), indent=1),
     "duplicate_key": lambda toy: json.dumps(toy, indent=1).replace(
         '"buffers": {', '"buffers": {\n  "y": {"dtype": "u8", "shape": [1], "class": "input"},', 1),
     "malformed": lambda toy: json.dumps(toy, indent=1)[:300],
+    "limits": _limits,
+    "too_deep": _too_deep,
 }
 
 

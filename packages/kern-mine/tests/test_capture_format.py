@@ -143,6 +143,7 @@ def test_truncated_last_line_is_dropped(tmp_path: Path) -> None:
     (d / "summary.json").unlink()
     cap = read_capture(d)
     assert cap.truncated and len(cap.launches) == 6 and cap.summary is None
+    assert cap.partial_line == 7
 
 
 def test_malformed_line_reports_file_and_line(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kern_mine import MINED_VERSION, decode_json, mine
+from kern_mine import MINED_VERSION, MineError, decode_json, mine
 from kern_mine.cli import app
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -67,7 +67,7 @@ def test_request_out_of_range(synth):
 
 def test_reader_fixture_and_empty_capture(tmp_path):
     m = mine(FIXTURES / "synthetic-v1")
-    assert m.launches == 6 and m.not_executed == 1 and m.passes == []
-    (tmp_path / "launches.jsonl").write_text("")
-    e = mine(tmp_path)
-    assert e.launches == 0 and e.groups == [] and e.requests == []
+    assert m.launches == 6 and m.not_executed == 1 and m.passes == [] and m.warnings == []
+    (tmp_path / "launches.jsonl").write_text("\n")
+    with pytest.raises(MineError, match="launches.jsonl: no launch records"):
+        mine(tmp_path)

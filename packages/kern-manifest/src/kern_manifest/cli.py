@@ -14,7 +14,7 @@ import typer
 
 from .codes import CODES, explain as explain_code
 from .decode import read
-from .diagnostics import DecodeError, ManifestError, VerificationError
+from .diagnostics import DecodeError, ManifestError, VerificationError, printable
 from .errors import KernError, fail
 from .jsonschema import json_schema
 from .render import render_human, render_json
@@ -53,7 +53,7 @@ def verify(
             if diags:
                 typer.echo(render_human(diags, str(f), _text(f)), err=True, nl=False)
             else:
-                typer.echo(f"{f}: ok")
+                typer.echo(printable(f"{f}: ok"))  # a file name may hold undecodable bytes
     if as_json:
         typer.echo(render_json(results), nl=False)
     raise typer.Exit(status)

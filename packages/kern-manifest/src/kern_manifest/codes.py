@@ -18,7 +18,8 @@ class Code(NamedTuple):
 
 CODES: dict[str, Code] = {
     "E0001": Code("unreadable input", """\
-The file could not be read, or is not UTF-8 text. Nothing else was checked."""),
+The file could not be read, or is not UTF-8 text (the message names the offset and line of
+the first byte that is not). Nothing else was checked."""),
     "E0002": Code("malformed JSON", """\
 The input is not valid JSON. The message gives the line and column where the JSON parser
 stopped. Nothing else was checked."""),
@@ -41,17 +42,39 @@ have exactly one kind key (`{"buf": ...}`, `{"sym": ...}`, `{"i32": ...}`, ...).
 A parameter type string does not match
 `^(i32|u32|i64|f32|u8|(in|out|inout) (ptr|buffer<DTYPE>))$`. Pointers and buffers must
 declare a direction: write `"in buffer<bf16>"`, not `"buffer<bf16>"`."""),
+    "E0008": Code("string is not Unicode text", """\
+A string or key holds a lone surrogate: a `\\uD800`-`\\uDFFF` escape that is not half of
+a surrogate pair (`"\\ud83d\\ude00"` is one character; `"\\udfff"` alone is none). Such a
+string cannot be written as UTF-8, so no tool could print or re-encode the name."""),
+    "E0009": Code("nesting too deep", """\
+Arrays and objects nest at most 64 levels deep, and an expression nests at most 16
+operations (`{"mul": [{"ceil_div": [{"sym": "tokens"}, 4]}, 2]}` is 3). The format needs 12
+levels with the deepest expressions generators write; the limits keep every reader and
+the verifier within a bounded stack. The path is where the limit is crossed."""),
+    "E0010": Code("number out of range", """\
+An integer literal has more than 100 digits (every integer of the format fits in 64 bits;
+larger values that fit the limit are judged by the rule of their place, e.g. E0203, E0409),
+or a number is not finite: `NaN` and `Infinity` are not JSON, and a literal such as `1e400`
+overflows a 64-bit float. JSON cannot write infinity or NaN, so an `f32` literal is always
+a finite number; `encode` refuses a manifest built in code that holds one."""),
     "E0101": Code("unsupported format version", """\
 `meta.version` must be 2: this verifier implements manifest format version 2 only."""),
     "E0102": Code("inconsistent symbol bounds", """\
-A symbol needs `max >= 1`, `min >= 0` and `min <= max`. All static checks run at the
-bounds, and the runtime refuses values outside `[min, max]`."""),
+A symbol needs `max >= 1`, `min >= 0`, `min <= max` and `max <= 2^64-1` (symbols are
+unsigned 64-bit values). All static checks run at the bounds, and the runtime refuses
+values outside `[min, max]`."""),
     "E0103": Code("invalid state size", """\
 A state declares its size as exactly one of `bytes_per_token` (scaled by the caller's
 capacity) or `bytes_fixed` (one block, for per-sequence recurrent state); the one given must
 be positive and the other absent or 0."""),
     "E0104": Code("state alignment not a power of two", """\
-`align` of a state must be a positive power of two (the default is 256)."""),
+`align` of a state must be a positive power of two that fits in 64 bits, at most 2^63 (the
+default is 256)."""),
+    "E0105": Code("state size overflows 64 bits", """\
+A state's `bytes_per_token` (its size at capacity 1, the least it is ever given) or
+`bytes_fixed` is larger than 2^64-1 bytes. Every size of a manifest is an unsigned 64-bit
+value, checked the same way as buffer sizes (E0203); the runtime checks
+`bytes_per_token x capacity` against the same bound when it sizes the state."""),
     "E0201": Code("invalid shape", """\
 A buffer or scratch shape must be a non-empty list whose entries are positive integers or
 symbol names."""),
@@ -62,9 +85,9 @@ The byte size of a buffer or scratch area, evaluated at the symbol maxima, does 
 an unsigned 64-bit integer."""),
     "E0204": Code("invalid domain", """\
 A buffer's `domain` is inconsistent: `index_into` must name a buffer or state, `unit` must be
-at least 1, `monotone` is only allowed on 1-D buffers, `min` must be below `max` (both
-bounds are exclusive only for `index_into`; `min`/`max` are inclusive limits on values),
-and expression bounds must evaluate."""),
+at least 1 and at most 2^64-1, `monotone` is only allowed on 1-D buffers, `min` must be below
+`max` (both bounds are exclusive only for `index_into`; `min`/`max` are inclusive limits on
+values), and expression bounds must evaluate."""),
     "E0301": Code("expression cannot be evaluated", """\
 An expression fails at a symbol corner: it names an unknown symbol, overflows 64-bit
 unsigned arithmetic, or divides by zero. Expressions are monotone, so the verifier evaluates
@@ -139,7 +162,9 @@ A buffer argument's byte `offset` must be a multiple of the buffer's element siz
 kernel receives an aligned element pointer."""),
     "E0608": Code("offset outside the buffer", """\
 A buffer argument's byte `offset` must lie inside the buffer at the symbol minima (the
-smallest the buffer is ever used at)."""),
+smallest the buffer is ever used at). A state argument's `offset` is checked against the
+state's size at load (the size depends on the caller's capacity); statically it must fit in
+64 bits."""),
     "E0701": Code("read before write", """\
 Inside a program, a `workspace` or `output` buffer is read (by an `in` or `inout` parameter)
 before any earlier dispatch of the same program wrote it. Workspaces and outputs start

@@ -1,71 +1,26 @@
 """JSON text -> :class:`~kern_manifest.schema.Manifest`, collecting every decode problem.
 
-Two passes over the input: the stdlib JSON parser (syntax errors with line and column, and
-duplicate keys, which msgspec would keep silently), then msgspec conversion of each map
-entry on its own, so that one bad buffer does not hide a bad kernel and every error names
-the entry it is in.
+Two passes over the input: the bounded JSON reader (:mod:`kern_manifest.bounded`: UTF-8,
+syntax errors with line and column, duplicate keys, which msgspec would keep silently, and
+the limits on nesting, numbers and Unicode), then msgspec conversion of each map entry on
+its own, so that one bad buffer does not hide a bad kernel and every error names the entry
+it is in. ``encode`` holds its output to the same limits, so what it writes decodes.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from . import paths
-from .diagnostics import DecodeError, Diagnostic
+from . import bounded, paths
+from .diagnostics import DecodeError, Diagnostic, EncodeError
 from .dtypes import DTYPE_SIZES, ParamTypeError, parse_param_type
 from .schema import SECTIONS, Kernel, Manifest, ManifestMeta, Scratch
 
 _REQUIRED = ("meta", "buffers", "kernels", "programs")
 _TOP_KEYS = ("meta", *SECTIONS)
-
-
-class _DupDict(dict):
-    """A JSON object in which at least one key occurred more than once."""
-
-    dups: list[str]
-
-
-class _Scan:
-    """Object hook state for one parse: whether any object had a duplicate key."""
-
-    def __init__(self) -> None:
-        self.found = False
-
-    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
-        d = dict(pairs)
-        if len(d) == len(pairs):
-            return d
-        self.found = True
-        return _dup_dict(pairs, d)
-
-
-def _dup_dict(pairs: list[tuple[str, Any]], d: dict) -> dict:
-    out = _DupDict(d)
-    seen: set[str] = set()
-    out.dups = []
-    for k, _ in pairs:
-        if k in seen and k not in out.dups:
-            out.dups.append(k)
-        seen.add(k)
-    return out
-
-
-def _find_dups(value: Any, path: str, out: list[Diagnostic]) -> None:
-    if isinstance(value, dict):
-        if isinstance(value, _DupDict):
-            for k in value.dups:
-                out.append(Diagnostic(
-                    "E0003", f"duplicate key `{k}`", paths.key(path, k),
-                    note="JSON parsers keep only one of the values; kern refuses to guess which"))
-        for k, v in value.items():
-            _find_dups(v, paths.key(path, k), out)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _find_dups(v, paths.index(path, i), out)
 
 
 def _convert_error(err: msgspec.ValidationError, base: str) -> Diagnostic:
@@ -78,6 +33,8 @@ def _convert_error(err: msgspec.ValidationError, base: str) -> Diagnostic:
     if msg.startswith("Object contains unknown field `"):
         name = msg.split("`")[1]
         return Diagnostic("E0004", f"unknown field `{name}`", paths.key(path, name))
+    if msg.startswith("an expression nests"):
+        return Diagnostic("E0009", msg, path or "(top level)")
     if msg.startswith("Object missing required field `"):
         name = msg.split("`")[1]
         return Diagnostic("E0005", f"missing required field `{name}`", path or "(top level)")
@@ -92,8 +49,12 @@ def _convert_error(err: msgspec.ValidationError, base: str) -> Diagnostic:
 
 
 def _convert(value: Any, typ: type, path: str, out: list[Diagnostic]) -> Any:
+    # ``value`` passed check_tree: nested at most MAX_DEPTH, so msgspec cannot recurse out.
     try:
         return msgspec.convert(value, typ)
+    except RecursionError:  # only from a non-JSON container check_tree does not walk
+        out.append(bounded.depth_diagnostic(path))
+        return None
     except msgspec.ValidationError as err:
         diag = _convert_error(err, path)
         if "[...]" in diag.path and typ is Kernel:
@@ -128,18 +89,21 @@ def check_param_types(kernel: Kernel, path: str, out: list[Diagnostic]) -> None:
         check(step.params, f"{path}.impl.steps[{j}].params")
 
 
-def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
-    """Convert a parsed JSON value into a :class:`Manifest`; raise :class:`DecodeError`
-    with every problem found."""
-    diags: list[Diagnostic] = []
-    if has_dups:
-        _find_dups(doc, "", diags)
+def from_obj(doc: Any, *, checked: bool = False) -> Manifest:
+    """Convert a parsed JSON value (a dict built in code, or what the JSON reader returned)
+    into a :class:`Manifest`; raise :class:`DecodeError` with every problem found.
+
+    ``doc`` is held to the reader's limits (:func:`kern_manifest.bounded.check_tree`) unless
+    ``checked`` says :func:`decode` already did: its screened fast path leaves only nesting
+    unchecked, and a document that converts in one go is nested no deeper than the schema
+    allows (expressions bound their own depth)."""
+    diags: list[Diagnostic] = [] if checked else bounded.check_tree(doc)
     if not diags:
         # Fast path: one conversion of the whole document; on failure fall through to the
         # per-entry conversion that finds and names every problem.
         try:
             manifest = msgspec.convert(doc, Manifest)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, RecursionError):
             pass
         else:
             for name, kernel in manifest.kernels.items():
@@ -147,6 +111,10 @@ def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
             if diags:
                 raise DecodeError(diags)
             return manifest
+        if checked:
+            diags = bounded.check_tree(doc)  # the fast path did not check nesting
+    if diags:
+        raise DecodeError(diags)
     if not isinstance(doc, dict):
         raise DecodeError(diags + [Diagnostic(
             "E0006", f"a manifest is a JSON object, found {type(doc).__name__}", "(top level)")])
@@ -183,16 +151,7 @@ def from_obj(doc: Any, *, has_dups: bool = True) -> Manifest:
 
 def decode(data: bytes | str) -> Manifest:
     """Decode manifest JSON text; raise :class:`DecodeError` with every problem found."""
-    scan = _Scan()
-    try:
-        doc = json.loads(data, object_pairs_hook=scan)
-    except json.JSONDecodeError as err:
-        raise DecodeError([Diagnostic(
-            "E0002", f"malformed JSON: {err.msg} (line {err.lineno}, column {err.colno})",
-            "(top level)")]) from None
-    except UnicodeDecodeError as err:
-        raise DecodeError([Diagnostic("E0001", f"not UTF-8 text: {err.reason}", "(top level)")]) from None
-    return from_obj(doc, has_dups=scan.found)
+    return from_obj(bounded.parse(data), checked=True)
 
 
 def read(path: str | Path) -> Manifest:
@@ -211,6 +170,18 @@ def read(path: str | Path) -> Manifest:
 
 
 def encode(manifest: Manifest, *, indent: int | None = 1) -> bytes:
-    """Canonical JSON of a manifest (defaults and absent optional keys omitted)."""
-    raw = msgspec.json.encode(manifest)
+    """Canonical JSON of a manifest (defaults and absent optional keys omitted).
+
+    Raises :class:`EncodeError`, naming each place, for what :func:`decode` would refuse
+    (lone surrogates, non-finite numbers such as an ``f32`` literal of inf or NaN, which
+    JSON cannot write, over-long integers, nesting): ``decode(encode(m)) == m`` for every
+    manifest ``encode`` accepts."""
+    try:
+        doc = msgspec.to_builtins(manifest)
+    except RecursionError:
+        raise EncodeError([bounded.depth_diagnostic("(top level)")]) from None
+    diags = bounded.check_tree(doc)
+    if diags:
+        raise EncodeError(diags)
+    raw = msgspec.json.encode(doc)
     return raw if indent is None else msgspec.json.format(raw, indent=indent)

@@ -6,9 +6,22 @@ the long form. Rendering lives in :mod:`kern_manifest.render`.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from .errors import KernError
+
+LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate written as a ``\\udXXX`` escape: safe to print or
+    encode as UTF-8 (diagnostics quote names taken from the input, file names may hold
+    undecodable bytes)."""
+    if LONE_SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class Diagnostic(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -46,7 +59,8 @@ class ManifestError(KernError):
         more = len(self.diagnostics) - 1
         if more > 0:
             summary += f" (and {more} more)"
-        super().__init__(summary, where=source, code=first.code if first else None)
+        super().__init__(printable(summary), where=printable(source) if source else None,
+                         code=first.code if first else None)
 
 
 class DecodeError(ManifestError):
@@ -57,3 +71,8 @@ class VerificationError(ManifestError):
     """The manifest decoded but breaks verifier rules (exit status 1 in the CLI)."""
 
     exit_code = 1
+
+
+class EncodeError(ManifestError):
+    """A manifest (built in code) that JSON cannot carry faithfully: ``encode`` refuses what
+    ``decode`` would refuse (lone surrogates, non-finite numbers, over-long integers)."""

@@ -28,20 +28,23 @@ def eval_expr(expr: Expr, values: Mapping[str, int]) -> int:
         return expr
     if expr.sym is not UNSET:
         try:
-            return values[expr.sym]  # type: ignore[index]
+            v = values[expr.sym]  # type: ignore[index]
         except KeyError:
             raise ExprError(f"unknown symbol `{expr.sym}`") from None
+        if not 0 <= v <= U64_MAX:
+            raise ExprError(f"symbol `{expr.sym}` = {v} is outside unsigned 64-bit range")
+        return v
     if expr.ceil_div is not UNSET:
         inner, c = expr.ceil_div  # type: ignore[misc]
         x = eval_expr(inner, values)
         if c == 0:
             raise ExprError("division by zero in `ceil_div`")
-        if x + c - 1 > U64_MAX:
+        if c > U64_MAX or x + c - 1 > U64_MAX:
             raise ExprError(f"overflow in `ceil_div({x}, {c})`")
         return (x + c - 1) // c
     inner, c = expr.mul  # type: ignore[misc]
     x = eval_expr(inner, values)
-    if x * c > U64_MAX:
+    if c > U64_MAX or x * c > U64_MAX:
         raise ExprError(f"overflow in `mul({x}, {c})` (above 2^64-1)")
     return x * c
 

@@ -1,4 +1,8 @@
-"""Rendering diagnostics: rustc's style for people, JSON for machines."""
+"""Rendering diagnostics: rustc's style for people, JSON for machines.
+
+Both renderings are valid UTF-8 whatever the diagnostics quote: names from the input and
+file names may hold lone surrogates, which are written as ``\\udXXX`` escapes
+(:func:`~kern_manifest.diagnostics.printable`)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Sequence
 import msgspec
 
 from .codes import CODES
-from .diagnostics import Diagnostic
+from .diagnostics import Diagnostic, printable
 from .locate import locate
 
 JSON_FORMAT_VERSION = 1
@@ -22,6 +26,8 @@ def _snippet(text_lines: list[str], line: int, col: int, label: str) -> list[str
             "..." if start + _WIDTH < len(src) else "")
         col = col - start + (3 if start else 0)
     gutter = " " * len(str(line))
+    if len(label) > _WIDTH:  # a path into deep nesting: its ends say where (JSON has it all)
+        label = label[:_WIDTH // 2 - 2] + "..." + label[-(_WIDTH // 2 - 1):]
     return [f"{gutter} |", f"{line} | {src}", f"{gutter} | {' ' * (col - 1)}^ {label}"]
 
 
@@ -61,7 +67,7 @@ def render_human(diags: Sequence[Diagnostic], source: str | None = None,
             f"error: {where}: {n} error{'s' if n != 1 else ''} found\n"
             f"For more information about a code, try `kern-manifest explain {codes[0]}`."
         )
-    return "\n\n".join(blocks) + ("\n" if blocks else "")
+    return printable("\n\n".join(blocks) + ("\n" if blocks else ""))
 
 
 class _FileReport(msgspec.Struct, omit_defaults=True):
@@ -80,9 +86,18 @@ def render_json(results: Sequence[tuple[str, str | None, Sequence[Diagnostic]]])
     """JSON report for ``(file, stage, diagnostics)`` triples; ``stage`` is ``"decode"``
     when the file could not be decoded, ``"verify"`` when it decoded but failed rules."""
     report = _Report(JSON_FORMAT_VERSION, [
-        _FileReport(f, not ds, list(ds), stage if ds else None) for f, stage, ds in results
+        _FileReport(printable(f), not ds, [_printable(d) for d in ds], stage if ds else None)
+        for f, stage, ds in results
     ])
     return msgspec.json.format(msgspec.json.encode(report), indent=2).decode() + "\n"
+
+
+def _printable(d: Diagnostic) -> Diagnostic:
+    fields = ("message", "path", "note", "help")
+    clean = {k: printable(v) for k in fields if isinstance(v := getattr(d, k), str)}
+    if all(clean[k] is getattr(d, k) for k in clean):
+        return d
+    return msgspec.structs.replace(d, **clean)
 
 
 def title(code: str) -> str:

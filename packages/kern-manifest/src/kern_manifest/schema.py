@@ -49,7 +49,14 @@ def _kind_of(obj: msgspec.Struct, slots: tuple[tuple[int, str], ...], what: str)
     return present[0]
 
 
-class ExprNode(_Struct, frozen=True):
+#: Most operations an expression may nest (``{"sym"}`` is 1, ``mul(ceil_div(t, 4), 2)`` 3).
+#: Generators write at most 3; the bound keeps every recursive walk of an expression (here,
+#: in the verifier, the runtime) far from Python's recursion limit, and keeps a document
+#: that converts within the JSON reader's nesting limit (``bounded.MAX_DEPTH``).
+MAX_EXPR_DEPTH = 16
+
+
+class ExprNode(_Struct, frozen=True, dict=True):
     """A non-constant expression: exactly one of ``sym``, ``ceil_div``, ``mul``."""
 
     sym: str | UnsetType = UNSET
@@ -57,7 +64,15 @@ class ExprNode(_Struct, frozen=True):
     mul: tuple[Union[NonNegInt, "ExprNode"], PosInt] | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _exactly_one(self, ("sym", "ceil_div", "mul"), "an expression object")
+        kind = _exactly_one(self, ("sym", "ceil_div", "mul"), "an expression object")
+        # Inner nodes are built first (decoding is bottom-up), so one step per node bounds it.
+        inner = None if kind == "sym" else getattr(self, kind)[0]
+        depth = inner.depth + 1 if isinstance(inner, ExprNode) else 1
+        if depth > MAX_EXPR_DEPTH:
+            raise ValueError(f"an expression nests more than {MAX_EXPR_DEPTH} operations")
+        self.__dict__["depth"] = depth
+
+    depth: ClassVar[int]  # operations nested in this node, itself included; set at construction
 
 
 #: An expression: a non-negative integer constant or an :class:`ExprNode`.

@@ -11,19 +11,25 @@ interpretation.  It depends on the standard library and msgspec only.  ``.zst`` 
 
 Entry points: :func:`read_capture` (a directory or a launches file -> :class:`Capture`),
 :func:`iter_launches` (stream the launches of a file), :func:`open_text` (decompress by suffix).
+
+Every way a file can be bad ends in :class:`CaptureFormatError`, whose message names the file
+and, where known, the line: a path that does not exist or cannot be read, a corrupt or
+truncated compressed stream, bytes that are not UTF-8, a record that does not decode (wrong
+types, integers outside 64 bits, nesting too deep, byte strings that are not hex). The one
+tolerated defect is a partial *last* line (the capturing process was cut short mid-write):
+it is dropped and its line number kept in :attr:`Capture.partial_line`, for the caller to
+warn about.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import lzma
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import msgspec
-from kern_manifest import KernError
+
+from .streams import STREAM_ERRORS, CaptureFormatError, open_binary, stream_problem, open_text
 
 __all__ = [
     "FORMAT_VERSION",
@@ -51,8 +57,31 @@ FORMAT_VERSION = 1
 LAUNCH_FILE_NAMES = ("launches.jsonl", "launches.jsonl.zst", "launches.jsonl.xz", "launches.jsonl.gz")
 
 
-class CaptureFormatError(KernError, ValueError):
-    """A capture file that does not follow the format (with file and line where known)."""
+def _not_hex(s: str) -> bool:
+    """Not hex of whole bytes (FORMAT.md writes lowercase), i.e. what ``bytes.fromhex``
+    cannot read back (isalnum first: fromhex would skip whitespace). Parameters average ~200
+    hex digits in real captures: fromhex is the fastest full check (~6 ns a digit; a regex
+    ~10, a msgspec pattern or str.strip 25+)."""
+    if s and not s.isalnum():
+        return True
+    try:
+        bytes.fromhex(s)
+    except ValueError:
+        return True
+    return False
+
+
+def _launch_problem(launch: "Launch") -> str | None:
+    """What makes a decoded launch record unusable (its byte strings), or None."""
+    for i, p in enumerate(launch.params or ()):
+        if _not_hex(p.hex):
+            return f"`params[{i}].bytes` is not hex of whole bytes"
+    if launch.raw is not None and _not_hex(launch.raw):
+        return "`raw` is not hex of whole bytes"
+    for i, a in enumerate(launch.attrs):
+        if _not_hex(a.raw):
+            return f"`attrs[{i}].raw` is not hex of whole bytes"
+    return None
 
 
 class Ptr(msgspec.Struct, frozen=True):
@@ -183,8 +212,14 @@ class Capture(msgspec.Struct):
     """None when the process did not exit cleanly (``summary.json`` missing)."""
     modules: list[ModuleEntry]
     launches: list[Launch]
-    truncated: bool = False
-    """The launches file ended in a partial line (dropped)."""
+    partial_line: int | None = None
+    """Line number of a partial last line of the launches file (dropped): the capturing
+    process was cut short mid-write. None when the file ended cleanly."""
+
+    @property
+    def truncated(self) -> bool:
+        """The launches file ended in a partial line (dropped)."""
+        return self.partial_line is not None
 
     def module_file(self, sha256: str) -> Path | None:
         """The dumped cubin of a module (``modules/<sha256>.cubin``, or ``.cubin.xz`` in
@@ -203,35 +238,6 @@ class Capture(msgspec.Struct):
         return lzma.decompress(p.read_bytes()) if p.suffix == ".xz" else p.read_bytes()
 
 
-def _zstd_open(path: Path) -> IO[bytes]:
-    try:
-        from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
-
-        return zstd.open(path, "rb")
-    except ImportError:
-        pass
-    try:
-        import zstandard  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise CaptureFormatError(f"{path}: reading .zst needs Python >= 3.14 or the zstandard package") from e
-    return zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
-
-
-def open_text(path: str | Path) -> IO[str]:
-    """Opens a (possibly compressed, by suffix: .gz .xz .zst) text file for reading."""
-    path = Path(path)
-    suffix = path.suffix
-    if suffix == ".gz":
-        raw: IO[bytes] = gzip.open(path, "rb")
-    elif suffix == ".xz":
-        raw = lzma.open(path, "rb")
-    elif suffix == ".zst":
-        raw = _zstd_open(path)
-    else:
-        raw = path.open("rb")
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
-
-
 def find_launches_file(directory: str | Path) -> Path:
     """The launches file of a capture directory (plain first, then .zst, .xz, .gz)."""
     directory = Path(directory)
@@ -242,26 +248,41 @@ def find_launches_file(directory: str | Path) -> Path:
     raise CaptureFormatError(f"{directory}: no launches file ({', '.join(LAUNCH_FILE_NAMES)})")
 
 
-def _iter_jsonl(path: Path, typ: type, state: dict[str, bool] | None = None) -> Iterator:
+def _iter_jsonl(path: Path, typ: type, state: dict[str, int] | None = None,
+                problem=lambda record: None) -> Iterator:
+    """Records of a JSON-lines file; a partial last line is dropped and, with ``state``,
+    its number stored under ``"partial_line"`` (without, it is an error). ``problem(record)``
+    names what the types cannot say about a record. Lines are read as bytes: msgspec checks
+    the UTF-8 of every string it keeps, so a bad byte is named by its line (a text stream
+    would fail at the chunk holding it, lines earlier)."""
     decoder = msgspec.json.Decoder(typ)
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield decoder.decode(line)
-            except msgspec.DecodeError as e:
-                if not line.endswith("\n"):
-                    # The last line lacks its newline: the writer was cut short mid-record.
-                    if state is not None:
-                        state["truncated"] = True
-                    return
-                raise CaptureFormatError(f"{path}:{lineno}: {e}") from e
+    lineno = 0
+    try:
+        with open_binary(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = decoder.decode(line)
+                except (msgspec.DecodeError, RecursionError) as e:
+                    why = "nesting too deep" if isinstance(e, RecursionError) else str(e)
+                    if not line.endswith(b"\n") and state is not None:
+                        # The last line lacks its newline: the writer was cut short mid-record.
+                        state["partial_line"] = lineno
+                        return
+                    raise CaptureFormatError(f"{path}:{lineno}: {why}") from None
+                why = problem(record)
+                if why is not None:
+                    raise CaptureFormatError(f"{path}:{lineno}: {why}")
+                yield record
+    except STREAM_ERRORS as e:
+        where = f"{path}: after line {lineno}" if lineno else str(path)
+        raise CaptureFormatError(f"{where}: {stream_problem(e)}") from None
 
 
-def iter_launches(path: str | Path, *, _state: dict[str, bool] | None = None) -> Iterator[Launch]:
+def iter_launches(path: str | Path, *, _state: dict[str, int] | None = None) -> Iterator[Launch]:
     """Streams the launch records of a launches file (plain or compressed), in file order."""
-    return _iter_jsonl(Path(path), Launch, _state)
+    return _iter_jsonl(Path(path), Launch, _state, _launch_problem)
 
 
 def read_modules(directory: str | Path) -> list[ModuleEntry]:
@@ -280,7 +301,11 @@ def _read_json(path: Path, typ: type):
     try:
         return msgspec.json.decode(path.read_bytes(), type=typ)
     except msgspec.DecodeError as e:
-        raise CaptureFormatError(f"{path}: {e}") from e
+        raise CaptureFormatError(f"{path}: {e}") from None
+    except RecursionError:
+        raise CaptureFormatError(f"{path}: nesting too deep") from None
+    except OSError as e:
+        raise CaptureFormatError(f"{path}: {e.strerror or e}") from None
 
 
 def _resolve_dir(path: Path) -> Path:
@@ -299,6 +324,8 @@ def read_capture(path: str | Path) -> Capture:
     """Reads a capture: a capture directory, a base directory holding one ``pid-*``
     capture, or a launches file (its directory supplies meta, modules and summary)."""
     path = Path(path)
+    if not path.exists():
+        raise CaptureFormatError(f"{path}: does not exist")
     if path.is_file():
         directory, launches_path = path.parent, path
     else:
@@ -312,7 +339,7 @@ def read_capture(path: str | Path) -> Capture:
             raise CaptureFormatError(
                 f"{directory}/meta.json: format version {meta.version} is newer than this reader ({FORMAT_VERSION})"
             )
-    state = {"truncated": False}
+    state: dict[str, int] = {}
     launches = list(iter_launches(launches_path, _state=state))
     return Capture(
         path=directory,
@@ -321,5 +348,5 @@ def read_capture(path: str | Path) -> Capture:
         summary=_read_json(directory / "summary.json", Summary),
         modules=read_modules(directory),
         launches=launches,
-        truncated=state["truncated"],
+        partial_line=state.get("partial_line"),
     )

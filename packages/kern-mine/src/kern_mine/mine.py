@@ -32,9 +32,9 @@ class MineError(KernError, ValueError):
     """Input the miner cannot work with (message names the file and, where known, the line)."""
 
 
-def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined:
-    """Mines a capture (a ``Capture`` or a path ``read_capture`` accepts)."""
-    opts = options or Options()
+def _readable(capture: Capture | str | Path) -> tuple[Capture, list[str]]:
+    """The capture (read if a path) with at least one launch, and the warnings it carries
+    (a partial last line dropped); :class:`MineError` naming the file otherwise."""
     if not isinstance(capture, Capture):
         try:
             capture = read_capture(capture)
@@ -42,6 +42,20 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
             raise MineError(str(e)) from e
         except OSError as e:
             raise MineError(f"{capture}: {e.strerror or e}") from e
+    if not capture.launches:
+        raise MineError(f"{capture.launches_path}: no launch records (an empty capture: the "
+                        "process launched no kernel, or the capture library was not loaded)")
+    warnings = []
+    if capture.partial_line is not None:
+        warnings.append(f"{capture.launches_path}:{capture.partial_line}: partial last line "
+                        "dropped (the capturing process was cut short mid-write)")
+    return capture, warnings
+
+
+def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined:
+    """Mines a capture (a ``Capture`` or a path ``read_capture`` accepts)."""
+    opts = options or Options()
+    capture, warnings = _readable(capture)
     launches = capture.launches
     sel = select_launches(launches, opts.min_repeats)
     kept = sel.kept
@@ -122,4 +136,5 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
             forwards=fam.forwards, irregular=[k for k in fam.forwards if not passes.forwards[k].regular]))
     return Mined(capture=str(capture.launches_path), options=opts, launches=len(launches),
                  not_executed=sel.not_executed, dummy=len(sel.dummy), kept=len(kept), unassigned=passes.unassigned,
-                 requests=req_infos, passes=pass_infos, families=fam_infos, groups=group_infos)
+                 requests=req_infos, passes=pass_infos, families=fam_infos, groups=group_infos,
+                 warnings=warnings)

@@ -175,3 +175,6 @@ class Mined(_S, kw_only=True):
     passes: list[PassInfo]
     families: list[FamilyInfo]
     groups: list[GroupInfo]
+    warnings: list[str] = []
+    """Defects of the capture that did not stop mining, each naming the file and line (a
+    partial last line, dropped: the capturing process was cut short)."""

@@ -8,7 +8,7 @@ from .. import paths
 from ..dtypes import INT_RANGES
 from ..expr import ExprError
 from ..schema import Buffer, Scratch
-from ..sizes import nbytes
+from ..sizes import fits_u64, nbytes
 from .context import Context
 
 
@@ -55,6 +55,8 @@ def _check_domain(cx: Context, name: str, buf: Buffer, path: str) -> None:
     if dom.unit < 1:
         err("E0204", f"domain of `{name}` has unit {dom.unit}; it must be at least 1",
             f"{p}.unit")
+    elif not fits_u64(dom.unit):
+        err("E0204", f"domain of `{name}` has unit {dom.unit}, above 2^64-1", f"{p}.unit")
     if dom.monotone and len(buf.shape) != 1:
         err("E0204", f"domain of `{name}` is monotone but the buffer is "
             f"{len(buf.shape)}-D; `monotone` is only for 1-D buffers", f"{p}.monotone")

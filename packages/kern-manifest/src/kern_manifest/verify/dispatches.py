@@ -6,7 +6,7 @@ from .. import paths
 from ..dtypes import DTYPE_SIZES, INT_RANGES, ParamType
 from ..expr import ExprError
 from ..schema import LITERAL_KINDS, Arg
-from ..sizes import nbytes
+from ..sizes import fits_u64, nbytes
 from .context import Context, dispatch_ref
 from .literals import literal_problem
 
@@ -41,6 +41,11 @@ def _check_arg(cx: Context, a: Arg, p: ParamType, i: int, ap: str, where: str) -
         elif p.kind != "ptr":
             err("E0603", f"state `{a.state}` passed to parameter {i} of type `{p}`; states "
                 f"bind only to `ptr`{where}", ap)
+        elif not fits_u64(a.byte_offset):
+            # The state's size depends on the caller's capacity (checked at load); statically
+            # the offset must still be a 64-bit value.
+            err("E0608", f"offset {a.byte_offset} into state `{a.state}` does not fit in 64 "
+                f"bits{where}", f"{ap}.offset")
     elif kind in ("sym", "expr"):
         if p.kind != "scalar" or p.scalar not in INT_RANGES:
             err("E0603", f"{'symbol' if kind == 'sym' else 'expression'} passed to parameter "
