@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 from kern_manifest import check, from_obj, read, verify
+from kern_manifest.contract import check_manifest
 
-from kern_run.contract import check_manifest
 from kern_run.errors import ContractError
 from kern_run.gemm_only import decode_symbols, gemm_only
 from krun_fakes import contract_manifest

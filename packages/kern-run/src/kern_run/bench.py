@@ -192,9 +192,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``."""
     from kern_manifest import read
     from kern_runtime import Runtime
-    from .contract import check_manifest
+    from kern_manifest.contract import check_manifest
     from .defaults import cache_dir, plan_file
-    from .plan import kv_capacity
+    from .chunks import kv_capacity
 
     rep = Report()
     # (case, data key, what the profile's child loads)
