@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     from kern_runtime import Runtime
 
     from kern_run import defaults
-    from kern_run.contract import check_manifest
+    from kern_manifest.contract import check_manifest
     from kern_run.generate import generate
-    from kern_run.plan import kv_capacity
+    from kern_run.chunks import kv_capacity
     from kern_run.tokenizer import load_tokenizer
 
     b = defaults.bundled_default()

@@ -143,7 +143,7 @@ def readable_verify_logits(path: Path):
 
 def load_case(case: str):
 
-    from kern_run.contract import check_manifest
+    from kern_manifest.contract import check_manifest
     if case == "smollm2":
         from kern_run import defaults
         from kern_run.tokenizer import load_tokenizer
@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from kern_runtime import Runtime
 
-    from kern_run.contract import check_manifest
-    from kern_run.plan import kv_capacity
+    from kern_manifest.contract import check_manifest
+    from kern_run.chunks import kv_capacity
     result = {}
     for case in args.case or ["smollm2"]:
         vm, kernels, weights, prompts = load_case(case)

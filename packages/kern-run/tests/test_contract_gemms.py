@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 from kern_manifest import check, from_obj, read, verify
+from kern_manifest.contract import check_manifest
 
 from kern_run.bench.gemm_only import decode_symbols, gemm_only
-from kern_run.contract import check_manifest
 from kern_run.errors import ContractError
 from krun_fakes import contract_manifest
 

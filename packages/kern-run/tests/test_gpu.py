@@ -34,8 +34,8 @@ def loaded():
     from kern_manifest import load
     from kern_runtime import Runtime
 
-    from kern_run.contract import check_manifest
-    from kern_run.plan import kv_capacity
+    from kern_manifest.contract import check_manifest
+    from kern_run.chunks import kv_capacity
     from kern_run.tokenizer import load_tokenizer
     b = defaults.bundled_default()
     vm = load(b.manifest)

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
+from kern_run.chunks import (DEFAULT_CAPACITY, Call, check_capacity, clamp_chunk, decode_call,
+                             graph_keys, kv_capacity,
+                             plan_prompt)
 from kern_run.errors import KernRunError
 from kern_run.inputs import Inputs, call_inputs
-from kern_run.plan import (DEFAULT_CAPACITY, Call, check_capacity, clamp_chunk, decode_call,
-                           graph_keys, kv_capacity,
-                           plan_prompt)
 
 
 def shape(calls):

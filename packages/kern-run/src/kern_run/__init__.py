@@ -5,7 +5,7 @@
 
 from .errors import ContractError, KernRunError, NoGpuError
 from .generate import Result, generate
-from .plan import Call, plan_prompt
+from .chunks import Call, plan_prompt
 
 __version__ = "0.1.0"
 

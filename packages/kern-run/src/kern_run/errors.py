@@ -4,6 +4,11 @@ manifest entry) so that the CLI can print it as one line without a traceback."""
 from __future__ import annotations
 
 from kern_manifest import KernError
+# The caller contract's error lives with the contract (kern_manifest.contract); kern-run's
+# old name for it stays.
+from kern_manifest.contract import ContractError
+
+__all__ = ["ContractError", "KernRunError", "NoGpuError"]
 
 
 class KernRunError(KernError):
@@ -19,10 +24,6 @@ class KernRunError(KernError):
 
     def render(self) -> str:
         return "\n".join(self.problems)
-
-
-class ContractError(KernRunError):
-    """The manifest does not follow the Qwen3/Llama caller contract (docs/caller-contract.md)."""
 
 
 class NoGpuError(KernRunError):

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from kern_manifest.contract import DECODE, NEXT_TOKEN, SYMBOL
 
-from .contract import DECODE, NEXT_TOKEN
 from .errors import KernRunError
 from .inputs import Inputs
-from .plan import Call, check_capacity, decode_call, graph_keys, plan_prompt
+from .chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
 #: The decode call's symbols.
-ONE = {"tokens": 1}
+ONE = {SYMBOL: 1}
 
 
 class PendingLike(Protocol):
@@ -90,7 +90,7 @@ def capture_graphs(rt: RuntimeLike, calls: Sequence[Call]) -> float:
     the seconds it took."""
     t0 = time.perf_counter()
     for program, tokens in graph_keys(list(calls)):
-        rt.capture(program, {"tokens": tokens})
+        rt.capture(program, {SYMBOL: tokens})
     return time.perf_counter() - t0
 
 
@@ -130,7 +130,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
 
     ``capacity``: positions the KV state holds (prompt + ``steps`` must fit, checked before
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
-    ``--capacity`` (:func:`plan.kv_capacity`). None checks nothing."""
+    ``--capacity`` (:func:`chunks.kv_capacity`). None checks nothing."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
@@ -149,7 +149,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     # (Inputs.write_fed), so the host queues step k+1 before it waits for token k and never
     # stands between two steps. Queued tokens never exceed `steps`; a step queued before an
     # EOS arrives is wasted work, not a wrong token (its KV row lies past the sequence).
-    reads = deque([rt.read_async(NEXT_TOKEN[0], ONE)])
+    reads = deque([rt.read_async(NEXT_TOKEN, ONE)])
     queued = 1                        # decode calls queued, each makes one token
 
     def queue_fed() -> None:
@@ -158,7 +158,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
         inputs.write_fed(rt, call.pos0)
         rt.run(call.program, call.symbols, graph=call.graph)
         res.calls.append(call)
-        reads.append(rt.read_async(NEXT_TOKEN[0], ONE))
+        reads.append(rt.read_async(NEXT_TOKEN, ONE))
         queued += 1
 
     produced = 0

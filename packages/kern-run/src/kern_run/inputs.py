@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+from kern_manifest.contract import NEXT_TOKEN, POS0, POSITIONS, SYMBOL, TOKEN_IDS
 
 from .errors import KernRunError
 
@@ -51,7 +52,7 @@ class Inputs:
                                f"(0…{self.vocab - 1})")
         self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int64)
         self._pos0[0] = pos0
-        return {"token_ids": view, "positions": self._pos[:n], "pos0": self._pos0}
+        return {TOKEN_IDS: view, POSITIONS: self._pos[:n], POS0: self._pos0}
 
     def write(self, rt: Writer, ids: Sequence[int] | np.ndarray, pos0: int) -> None:
         for name, arr in self.fill(ids, pos0).items():
@@ -62,8 +63,8 @@ class Inputs:
         decode's ``next_token``: that is copied on the device (queued after the previous
         run), only the positions come from the host."""
         arrays = self.fill([0], pos0)
-        rt.copy("token_ids", "next_token", {"tokens": 1})
-        for name in ("positions", "pos0"):
+        rt.copy(TOKEN_IDS, NEXT_TOKEN, {SYMBOL: 1})
+        for name in (POSITIONS, POS0):
             rt.write(name, arrays[name])
 
 

@@ -29,7 +29,7 @@ class RunOptions:
     prompt: str = DEFAULT_PROMPT
     steps: int = 64
     chunk: int = 512
-    capacity: int | None = None  # None: plan.DEFAULT_CAPACITY, or the manifest's fixed context
+    capacity: int | None = None  # None: chunks.DEFAULT_CAPACITY, or the manifest's fixed context
     eager: bool = False
     chat: bool = False
     gpu: int = 0
@@ -115,7 +115,7 @@ def resolve_model(o: RunOptions) -> Model:
 
 def read_contract(manifest: Path):
     from kern_manifest import ManifestError, load, render_human
-    from .contract import check_manifest
+    from kern_manifest.contract import check_manifest
     try:
         vm = load(manifest)
     except ManifestError as err:
@@ -137,7 +137,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         runtime_factory: Callable | None = None) -> Outcome:
     """Everything ``kern-run`` does; streams generated text to ``out``, notes to ``err``."""
     from .generate import generate
-    from .plan import check_capacity, kv_capacity
+    from .chunks import check_capacity, kv_capacity
     from .tokenizer import load_tokenizer
 
     check_options(o)
@@ -225,7 +225,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
 
 
 def render_stats(res, o: RunOptions, max_tokens: int) -> str:
-    from .plan import clamp_chunk
+    from .chunks import clamp_chunk
     mode = ("eager" if o.eager else "graphs") + (f", spec {o.spec}" if o.spec else "")
     parts = [f"prompt {len(res.prompt)} tokens"]
     if res.prefill_tokens:

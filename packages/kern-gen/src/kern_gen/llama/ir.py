@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kern_manifest import contract as C
+
 from .errors import WiringError
 from .facts import Site
 
-TOK: dict[str, Any] = {"sym": "tokens"}
+TOK: dict[str, Any] = {"sym": C.SYMBOL}
 """The manifest expression of the dynamic row count (the contract's symbol ``tokens``)."""
 
 
@@ -26,7 +28,7 @@ def mul(e: Any, c: int) -> dict[str, Any]:
     return {"mul": [e, c]}
 
 
-KV = "kv"
+KV = C.STATE
 """The one state of a Llama program: the KV cache, layout in :mod:`.kv`."""
 
 
@@ -41,12 +43,12 @@ class Ref:
 # The caller contract's buffers (docs/caller-contract.md): the only names a program shares with
 # its caller.  Inputs: token_ids i64 [tokens], positions i64 [tokens], pos0 i32 [1]; outputs:
 # logits bf16 [1, vocab], next_token i64 [1], predictions i64 [tokens].
-TOKEN_IDS = Ref(buf="token_ids")
-POSITIONS = Ref(buf="positions")
-POS0 = Ref(buf="pos0")
-LOGITS = Ref(buf="logits")
-NEXT_TOKEN = Ref(buf="next_token")
-PREDICTIONS = Ref(buf="predictions")
+TOKEN_IDS = Ref(buf=C.TOKEN_IDS)
+POSITIONS = Ref(buf=C.POSITIONS)
+POS0 = Ref(buf=C.POS0)
+LOGITS = Ref(buf=C.LOGITS)
+NEXT_TOKEN = Ref(buf=C.NEXT_TOKEN)
+PREDICTIONS = Ref(buf=C.PREDICTIONS)
 INPUTS = (TOKEN_IDS, POSITIONS, POS0)
 
 

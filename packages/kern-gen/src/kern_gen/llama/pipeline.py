@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import kern_manifest
+from kern_manifest.contract import ContractError, check_manifest
 
 from . import config as C
 from . import merge as M
@@ -127,6 +128,11 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if diags:
         raise WiringError("generated manifest does not verify:\n" +
                           kern_manifest.render_human(diags))
+    try:        # the manifest a caller of the contract (kern-run) will accept
+        check_manifest(man)
+    except ContractError as err:
+        raise WiringError("generated manifest breaks the caller contract:\n" +
+                          "\n".join(err.problems)) from None
     mbytes = kern_manifest.encode(man) + b"\n"
     cubins: dict[str, bytes] = {}
     for file, src in sorted(asm.cubins.items()):

@@ -196,9 +196,9 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases)."""
     from kern_manifest import read
     from kern_runtime import Runtime
-    from ..contract import check_manifest
+    from kern_manifest.contract import check_manifest
     from ..defaults import cache_dir, plan_file
-    from ..plan import kv_capacity
+    from ..chunks import kv_capacity
 
     rep = Report()
     # (case, data key, what the profile's child loads)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import LOGITS
+from kern_manifest.contract import LOGITS
 from ..generate import ONE, Result, RuntimeLike, generate
 from .loop import DEFAULT_K, VERIFY_MAX, Proposer, SpecResult, spec_generate
 from .ngram import DEFAULT_NGRAM

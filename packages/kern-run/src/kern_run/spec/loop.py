@@ -37,18 +37,15 @@ from typing import Protocol
 
 import numpy as np
 
-from ..contract import NEXT_TOKEN
+from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY
 from ..errors import KernRunError
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs
-from ..plan import Call, check_capacity, decode_call, plan_prompt
+from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from .accept import accept_prefix
 from .ngram import DEFAULT_NGRAM, NgramProposer
 from .stats import SpecStats
 
-#: The program that checks a round's drafts and the output buffer it writes (i64 [tokens]).
-VERIFY = "verify"
-PREDICTIONS = "predictions"
 #: The most tokens one ``verify`` takes (its ``tokens`` range: 1 … 16).
 VERIFY_MAX = 16
 DEFAULT_K = 7
@@ -190,7 +187,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
     t0 = run_prompt(rt, inputs, calls, prompt, res, clock,
                     overlap=lambda: proposer.extend(prompt))
     # Plain steps in flight, oldest first: pending[i] makes the token at n + produced + i.
-    pending = deque([rt.read_async(NEXT_TOKEN[0], ONE)])
+    pending = deque([rt.read_async(NEXT_TOKEN, ONE)])
 
     def queue_fed() -> None:
         """The next plain step; its input is the last queued step's output, copied on the
@@ -199,7 +196,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
         inputs.write_fed(rt, call.pos0)
         rt.run(call.program, call.symbols, graph=call.graph)
         res.calls.append(call)
-        pending.append(rt.read_async(NEXT_TOKEN[0], ONE))
+        pending.append(rt.read_async(NEXT_TOKEN, ONE))
 
     t_first = t_last = 0.0
     want_round = False                # a match appeared: no further plain step is queued
@@ -233,7 +230,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
             # No draft: one plain step from the host-known anchor restarts the pipeline.
             run(decode_call(p, eager=eager), seq[p:p + 1])
             launched()
-            pending.append(rt.read_async(NEXT_TOKEN[0], ONE))
+            pending.append(rt.read_async(NEXT_TOKEN, ONE))
             stats.fallbacks += 1
             flush()
             continue

@@ -1,32 +1,59 @@
-"""What kern-run needs from a manifest: the Qwen3/Llama caller contract
-(``docs/caller-contract.md``), checked before any GPU is touched.
+"""The Qwen3/Llama caller contract (``docs/caller-contract.md``): the names a generator
+(``kern-gen llama`` / ``qwen3``) and a caller (``kern-run``) agree on, and the check that a
+manifest follows it, done before any GPU is touched.
 
-The runtime knows none of these names; they are an agreement between ``kern-gen qwen3`` /
-``kern-gen llama`` and this caller. Every deviation is reported at once."""
+The runtime knows none of these names; they are an agreement between generator and caller,
+spelled once here so neither writes them as literals. Every deviation is reported at once.
+Pure, like the rest of kern-manifest."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kern_manifest import Manifest
+from .errors import KernError
+from .schema import Manifest
 
-from .errors import ContractError
-
+#: The one symbol: the tokens of a call (``decode`` runs with 1).
 SYMBOL = "tokens"
 PREFILL = "prefill"
 DECODE = "decode"
+#: The programs the caller runs, in this order for a prompt.
+PROGRAMS = (PREFILL, DECODE)
+#: The KV state (``bytes_per_token``, or ``bytes_fixed`` with ``tokens.max`` positions).
 STATE = "kv"
 
+TOKEN_IDS = "token_ids"
+POSITIONS = "positions"
+POS0 = "pos0"
 #: name -> (dtype, shape) of the buffers the caller writes before each run.
 INPUTS: dict[str, tuple[str, list]] = {
-    "token_ids": ("i64", [SYMBOL]),
-    "positions": ("i64", [SYMBOL]),
-    "pos0": ("i32", [1]),
+    TOKEN_IDS: ("i64", [SYMBOL]),
+    POSITIONS: ("i64", [SYMBOL]),
+    POS0: ("i32", [1]),
 }
-#: The buffer the caller reads after ``decode``.
-NEXT_TOKEN = ("next_token", "i64", [1])
-#: Read only for testing (teacher-forced comparisons).
+#: The buffer the caller reads after ``decode`` (the greedy token), and its dtype and shape.
+NEXT_TOKEN = "next_token"
+OUTPUTS: dict[str, tuple[str, list]] = {NEXT_TOKEN: ("i64", [1])}
+#: Read only for testing (teacher-forced comparisons); its last dimension is the vocabulary.
 LOGITS = "logits"
+#: Speculative decoding (optional): ``verify`` over ``[anchor, drafts…]`` writes the greedy
+#: token after each row into ``predictions`` (i64 [tokens]); kern-run's ``--spec`` checks it.
+VERIFY = "verify"
+PREDICTIONS = "predictions"
+
+
+class ContractError(KernError):
+    """The manifest does not follow the caller contract; ``problems`` lists every deviation
+    (a command prints one ``error:`` line each and exits 2)."""
+
+    per_problem = True
+
+    def __init__(self, *problems: str) -> None:
+        found = [p for p in problems if p] or ["manifest does not follow the caller contract"]
+        super().__init__(found[0], problems=found)
+
+    def render(self) -> str:
+        return "\n".join(self.problems)
 
 
 @dataclass(frozen=True)
@@ -66,7 +93,7 @@ def check_manifest(m: Manifest) -> ContractInfo:
     if others:
         problems.append(f"manifest declares symbols the caller cannot set: "
                         f"{', '.join(f'`{s}`' for s in others)} (the contract has only `{SYMBOL}`)")
-    for prog in (PREFILL, DECODE):
+    for prog in PROGRAMS:
         if prog not in m.programs:
             problems.append(f"manifest declares no program `{prog}`")
     st = m.states.get(STATE)
@@ -74,7 +101,8 @@ def check_manifest(m: Manifest) -> ContractInfo:
         problems.append(f"manifest declares no state `{STATE}`")
     for name, (dtype, shape) in INPUTS.items():
         problems += _buffer_problem(m, name, "input", dtype, shape)
-    problems += _buffer_problem(m, NEXT_TOKEN[0], "output", NEXT_TOKEN[1], NEXT_TOKEN[2])
+    for name, (dtype, shape) in OUTPUTS.items():
+        problems += _buffer_problem(m, name, "output", dtype, shape)
     extra = sorted(n for n, b in m.buffers.items() if b.cls == "input" and n not in INPUTS)
     if extra:
         problems.append(f"manifest declares input buffers the caller does not write: "

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .contract import DECODE, PREFILL
+from kern_manifest.contract import DECODE, PREFILL, SYMBOL
+
 from .errors import KernRunError
 
 
@@ -30,7 +31,7 @@ class Call:
 
     @property
     def symbols(self) -> dict[str, int]:
-        return {"tokens": self.tokens}
+        return {SYMBOL: self.tokens}
 
 
 def clamp_chunk(chunk: int, max_tokens: int) -> int:
@@ -84,7 +85,7 @@ def kv_capacity(requested: int | None, context: int | None) -> tuple[int, int | 
     A per-token KV state (``context`` None) holds ``requested`` tokens (default
     :data:`DEFAULT_CAPACITY`), allocated at load. A fixed one (``bytes_fixed``: its size and
     layout were fixed by the generator) holds ``context`` positions, the manifest's
-    ``tokens.max`` (:attr:`contract.ContractInfo.context`); the runtime takes no capacity for
+    ``tokens.max`` (:attr:`kern_manifest.contract.ContractInfo.context`); the runtime takes no capacity for
     it, and ``--capacity`` cannot change it, so giving one is an error."""
     if context is None:
         cap = DEFAULT_CAPACITY if requested is None else requested

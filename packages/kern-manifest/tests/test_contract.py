@@ -1,0 +1,50 @@
+"""The caller contract (``kern_manifest.contract``): both generated examples meet it, and a
+manifest that breaks it is refused with every deviation listed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kern_manifest import KernError, from_obj, load
+from kern_manifest.contract import (DECODE, INPUTS, NEXT_TOKEN, OUTPUTS, POS0, PREFILL, STATE,
+                                    SYMBOL, ContractError, check_manifest)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize("example,vocab", [("smollm2-135m", 49152), ("qwen3-4b", 151936)])
+def test_examples_meet_the_contract(example, vocab):
+    vm = load(EXAMPLES / example / "manifest.json")          # verified first
+    info = check_manifest(vm.manifest)
+    assert (info.max_tokens, info.vocab, info.kv_bytes_per_token) == (1024, vocab, 0)
+    assert info.kv_bytes_fixed == vm.manifest.states[STATE].bytes_fixed > 0
+    assert info.context == 1024                             # a fixed state: tokens.max
+    m = vm.manifest
+    for name, (dtype, shape) in (INPUTS | OUTPUTS).items():
+        assert (m.buffers[name].dtype, list(m.buffers[name].shape)) == (dtype, shape), name
+    assert {PREFILL, DECODE} <= set(m.programs) and set(m.symbols) == {SYMBOL}
+
+
+def test_a_broken_manifest_is_refused_with_every_deviation():
+    doc = json.loads((EXAMPLES / "smollm2-135m" / "manifest.json").read_text())
+    doc["programs"]["step"] = doc["programs"].pop(DECODE)
+    doc["buffers"][POS0]["dtype"] = "i64"
+    doc["buffers"][NEXT_TOKEN]["class"] = "workspace"
+    doc["symbols"]["batch"] = {"min": 1, "max": 4}
+    doc["buffers"]["seq_lens"] = {"dtype": "i32", "shape": [1], "class": "input"}
+    with pytest.raises(ContractError) as e:
+        check_manifest(from_obj(doc))
+    model = doc["meta"]["model"]
+    assert e.value.problems == [f"manifest `{model}`: {p}" for p in [
+        "manifest declares symbols the caller cannot set: `batch` (the contract has only "
+        "`tokens`)",
+        "manifest declares no program `decode`",
+        "buffer `pos0` is input i64[1]; the contract needs input i32[1]",
+        "buffer `next_token` is workspace i64[1]; the contract needs output i64[1]",
+        "manifest declares input buffers the caller does not write: `seq_lens` (the "
+        "contract's inputs are `token_ids`, `positions`, `pos0`)"]]
+    assert isinstance(e.value, KernError) and e.value.exit_code == 2
+    assert str(e.value) == "\n".join(e.value.problems)
