@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from kern_run import runner
 from kern_run.cli import app
 from kern_run.defaults import gguf_path
-from kern_run.errors import KernRunError
+from kern_run.errors import ContractError, KernRunError
 from krun_fakes import contract_manifest
 from spec_fakes import KVModelRuntime
 
@@ -56,7 +56,7 @@ def test_spec_check_reports_identity(tmp_path):
 
 
 def test_spec_needs_a_verify_program(tmp_path):
-    with pytest.raises(KernRunError) as ei:
+    with pytest.raises(ContractError) as ei:
         _run(tmp_path, verify=False, steps=8, spec="ngram")
     msg = "\n".join(ei.value.problems)
     assert "--spec needs a program `verify`" in msg and "`predictions`" in msg
