@@ -136,7 +136,6 @@ class Outcome:
 def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         runtime_factory: Callable | None = None) -> Outcome:
     """Everything ``kern-run`` does; streams generated text to ``out``, notes to ``err``."""
-    from .generate import generate
     from .chunks import check_capacity, kv_capacity
     from .tokenizer import load_tokenizer
 
@@ -189,18 +188,8 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
             out.flush()
         common = dict(steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
                       eos=tok.eos_ids, eager=o.eager, capacity=limit,
-                      fixed_context=info.context is not None, vocab=info.vocab)
-        report = None
-        if o.spec is None:
-            res = generate(rt, ids, on_token=emit, **common)
-        else:
-            from .spec import spec_check, spec_generate
-            spec = dict(k=o.spec_k, ngram=o.spec_ngram, verify_max=verify_max)
-            if o.spec_check:
-                report = spec_check(rt, ids, on_token=emit, **spec, **common)
-                res = report.spec
-            else:
-                res = spec_generate(rt, ids, on_token=emit, **spec, **common)
+                      fixed_context=info.context is not None, vocab=info.vocab, on_token=emit)
+        res, report = _generate(rt, ids, o, verify_max, common)
         tail = stream.flush()
         if tail:
             pieces.append(tail)
@@ -222,6 +211,20 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     if report is not None and report.bug:
         raise SpecCheckFailed(report.describe())
     return Outcome(res, "".join(pieces), stats)
+
+
+def _generate(rt, ids: list[int], o: RunOptions, verify_max: int | None, common: dict):
+    """Plain greedy, or speculation (``--spec``), or both (``--spec-check``):
+    (the streamed run's result, the check report or None)."""
+    if o.spec is None:
+        from .generate import generate
+        return generate(rt, ids, **common), None
+    from .spec import spec_check, spec_generate
+    spec = dict(k=o.spec_k, ngram=o.spec_ngram, verify_max=verify_max)
+    if o.spec_check:
+        report = spec_check(rt, ids, **spec, **common)
+        return report.spec, report
+    return spec_generate(rt, ids, **spec, **common), None
 
 
 def render_stats(res, o: RunOptions, max_tokens: int) -> str:

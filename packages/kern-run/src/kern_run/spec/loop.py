@@ -106,16 +106,12 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     check_spec_options(k, ngram, max_tokens, verify_max)
     prompt = [int(t) for t in prompt]
-    n = len(prompt)
-    calls = plan_prompt(n, chunk, max_tokens, eager=eager)
+    calls = plan_prompt(len(prompt), chunk, max_tokens, eager=eager)
     if capacity is not None:
-        check_capacity(n, steps, capacity, fixed=fixed_context)
+        check_capacity(len(prompt), steps, capacity, fixed=fixed_context)
     if proposer is None:
         proposer = NgramProposer(*ngram)
-    inputs = Inputs(max_tokens, vocab)
-    eos = frozenset(int(e) for e in eos)
-    graph = not eager
-    widths = verify_widths(k, steps) if graph else []
+    widths = verify_widths(k, steps) if not eager else []
     stats = SpecStats(k=k, ngram=tuple(ngram) if isinstance(proposer, NgramProposer) else None,
                       widths=widths)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
@@ -125,161 +121,182 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
         for w in widths:
             rt.capture(VERIFY, {"tokens": w})
         res.capture_s += time.perf_counter() - t
+    loop = _Loop(rt, res, proposer, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
+                 eager=eager, capacity=capacity, vocab=vocab, max_tokens=max_tokens,
+                 on_token=on_token, clock=clock)
+    loop.run(calls)
+    return res
 
-    # Host arrays, made once. `seq[i]` is the token at position i (prompt, emitted tokens,
-    # then the current round's drafts); a round's anchor sits at ≤ n + steps − 2 and carries
-    # ≤ k drafts.
-    size = n + steps + k + 1
-    seq = np.zeros(size, dtype=np.int64)
-    seq[:n] = prompt
-    positions = np.arange(size, dtype=np.int64)
-    pos0 = np.zeros(1, dtype=np.int32)
-    syms = {w: {"tokens": w} for w in range(1, k + 2)}
 
-    produced = 0                      # tokens emitted so far (EOS included once emitted)
-    stream: list[int] = []            # emitted, not yet passed to on_token
-    t_ready: float | None = None      # the last round's predictions reached the host
+class _Loop:
+    """One speculative run's state and its phases: the prompt, plain pipelined steps, and
+    verify rounds (module docstring). Host arrays are made once: ``seq[i]`` is the token at
+    position i (prompt, emitted tokens, then the current round's drafts); a round's anchor
+    sits at ≤ n + steps − 2 and carries ≤ k drafts."""
 
-    def emit(tok: int) -> bool:
+    def __init__(self, rt: RuntimeLike, res: SpecResult, proposer: Proposer, *, steps: int,
+                 k: int, eos: frozenset[int], eager: bool, capacity: int | None,
+                 vocab: int | None, max_tokens: int,
+                 on_token: Callable[[int], None] | None, clock: Callable[[], float]) -> None:
+        self.rt, self.res, self.stats, self.proposer = rt, res, res.spec, proposer
+        self.steps, self.k, self.eos, self.eager = steps, k, eos, eager
+        self.capacity, self.vocab, self.on_token, self.clock = capacity, vocab, on_token, clock
+        self.n = n = len(res.prompt)
+        self.inputs = Inputs(max_tokens, vocab)
+        size = n + steps + k + 1
+        self.seq = np.zeros(size, dtype=np.int64)
+        self.seq[:n] = res.prompt
+        self.positions = np.arange(size, dtype=np.int64)
+        self.pos0 = np.zeros(1, dtype=np.int32)
+        self.syms = {w: {"tokens": w} for w in range(1, k + 2)}
+        self.produced = 0                 # tokens emitted so far (EOS included once emitted)
+        self.stream: list[int] = []       # emitted, not yet passed to on_token
+        self.t_ready: float | None = None  # the last round's predictions reached the host
+        self.t0 = self.t_first = self.t_last = 0.0
+        # Plain steps in flight, oldest first: pending[i] makes the token at n + produced + i.
+        self.pending: deque = deque()
+        self.want_round = False           # a match appeared: no further plain step is queued
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def emit(self, tok: int) -> bool:
         """Emit one token; True when generation stops (EOS: not kept; or the step limit)."""
-        nonlocal produced
-        produced += 1
-        if tok in eos:
-            res.stop, res.eos_token = "eos", tok
+        self.produced += 1
+        if tok in self.eos:
+            self.res.stop, self.res.eos_token = "eos", tok
             return True
-        seq[n + produced - 1] = tok
-        res.tokens.append(tok)
-        stream.append(tok)
-        if produced >= steps:
-            res.stop = "steps"
+        self.seq[self.n + self.produced - 1] = tok
+        self.res.tokens.append(tok)
+        self.stream.append(tok)
+        if self.produced >= self.steps:
+            self.res.stop = "steps"
             return True
         return False
 
-    def flush() -> None:
-        if on_token is not None:
-            for t in stream:
-                on_token(t)
-        stream.clear()
+    def flush(self) -> None:
+        if self.on_token is not None:
+            for t in self.stream:
+                self.on_token(t)
+        self.stream.clear()
 
-    def launched() -> None:
+    def launched(self) -> None:
         """A call was just launched: the host gap since the last round ends."""
-        nonlocal t_ready
-        if t_ready is not None:
-            stats.host_s += clock() - t_ready
-            stats.host_gaps += 1
-            t_ready = None
+        if self.t_ready is not None:
+            self.stats.host_s += self.clock() - self.t_ready
+            self.stats.host_gaps += 1
+            self.t_ready = None
 
-    def room(ahead: int = 0) -> int:
+    def room(self, ahead: int = 0) -> int:
         """Drafts a round may carry once ``ahead`` more tokens are emitted: it emits up to
         m + 1 tokens (≤ the steps left) and writes positions anchor … anchor + m (< capacity;
         the anchor sits at n + produced + ahead − 1)."""
-        m = min(k, steps - produced - ahead - 1)
-        if capacity is not None:
-            m = min(m, capacity - n - produced - ahead)
+        m = min(self.k, self.steps - self.produced - ahead - 1)
+        if self.capacity is not None:
+            m = min(m, self.capacity - self.n - self.produced - ahead)
         return m
 
-    def run(call: Call, ids: Sequence[int]) -> None:
-        inputs.write(rt, ids, call.pos0)
-        rt.run(call.program, call.symbols, graph=call.graph)
-        res.calls.append(call)
+    # -- the phases -------------------------------------------------------------------------
+    def run(self, calls: Sequence[Call]) -> None:
+        res, prompt = self.res, self.res.prompt
+        # the proposer indexes the prompt while the prefill is queued
+        self.t0 = run_prompt(self.rt, self.inputs, calls, prompt, res, self.clock,
+                             overlap=lambda: self.proposer.extend(prompt))
+        self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
+        while not (self.plain_step() if self.pending else self.round()):
+            pass
+        self.flush()
+        res.decode_s = self.t_last - self.t_first
+        res.decode_tokens = self.produced - 1
 
-    # the proposer indexes the prompt while the prefill is queued
-    t0 = run_prompt(rt, inputs, calls, prompt, res, clock,
-                    overlap=lambda: proposer.extend(prompt))
-    # Plain steps in flight, oldest first: pending[i] makes the token at n + produced + i.
-    pending = deque([rt.read_async(NEXT_TOKEN, ONE)])
-
-    def queue_fed() -> None:
+    def queue_fed(self) -> None:
         """The next plain step; its input is the last queued step's output, copied on the
         device (Inputs.write_fed)."""
-        call = decode_call(n + produced + len(pending) - 1, eager=eager)
-        inputs.write_fed(rt, call.pos0)
-        rt.run(call.program, call.symbols, graph=call.graph)
-        res.calls.append(call)
-        pending.append(rt.read_async(NEXT_TOKEN, ONE))
+        call = decode_call(self.n + self.produced + len(self.pending) - 1, eager=self.eager)
+        self.inputs.write_fed(self.rt, call.pos0)
+        self.rt.run(call.program, call.symbols, graph=call.graph)
+        self.res.calls.append(call)
+        self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
 
-    t_first = t_last = 0.0
-    want_round = False                # a match appeared: no further plain step is queued
-    while True:
-        if pending:
-            # -- plain pipelined decode (generate's loop) ------------------------------------
-            if not want_round and produced + len(pending) < steps:
-                queue_fed()                           # the GPU works on the next step …
-            tok = int(pending.popleft().wait().reshape(-1)[0])
-            t_last = clock()
-            if produced == 0:
-                t_first = t_last
-                res.ttft_s = t_first - t0
-            else:
-                stats.decode_steps += 1
-            if emit(tok):
-                break
-            proposer.extend((tok,))
-            flush()                                   # … while the caller streams this one
-            if pending:
-                # A match now means: finish the queued step, then a round from its token.
-                if not want_round and proposer.propose(room(len(pending))):
-                    want_round = True
-                continue
-        # -- a verify round from the anchor seq[p] (nothing is queued) -----------------------
-        want_round = False
-        p = n + produced - 1
-        m = room()
-        drafts = proposer.propose(m) if m >= 1 else []
+    def plain_step(self) -> bool:
+        """generate's pipelined decode: queue the next step, read the oldest; True: stop."""
+        if not self.want_round and self.produced + len(self.pending) < self.steps:
+            self.queue_fed()                          # the GPU works on the next step …
+        tok = int(self.pending.popleft().wait().reshape(-1)[0])
+        self.t_last = self.clock()
+        if self.produced == 0:
+            self.t_first = self.t_last
+            self.res.ttft_s = self.t_first - self.t0
+        else:
+            self.stats.decode_steps += 1
+        if self.emit(tok):
+            return True
+        self.proposer.extend((tok,))
+        self.flush()                                  # … while the caller streams this one
+        # A match now means: finish the queued step, then a round from its token.
+        if self.pending and not self.want_round and \
+                self.proposer.propose(self.room(len(self.pending))):
+            self.want_round = True
+        return False
+
+    def round(self) -> bool:
+        """A verify round from the anchor seq[p] (nothing is queued); True: stop."""
+        self.want_round = False
+        p = self.n + self.produced - 1
+        m = self.room()
+        drafts = self.proposer.propose(m) if m >= 1 else []
         if not drafts:
             # No draft: one plain step from the host-known anchor restarts the pipeline.
-            run(decode_call(p, eager=eager), seq[p:p + 1])
-            launched()
-            pending.append(rt.read_async(NEXT_TOKEN, ONE))
-            stats.fallbacks += 1
-            flush()
-            continue
-        m = len(drafts)
-        if m > room():
-            raise KernRunError(f"the proposer returned {m} drafts; at most {room()} fit")
-        if vocab is not None and (max(drafts) >= vocab or min(drafts) < 0):
-            raise KernRunError(f"the proposer returned a token outside the model's vocabulary "
-                               f"(0…{vocab - 1}): {drafts}")
-        w = m + 1
-        t_start = clock()
-        seq[p + 1:p + w] = drafts
-        pos0[0] = p
-        rt.write("token_ids", seq[p:p + w])
-        rt.write("positions", positions[p:p + w])
-        rt.write("pos0", pos0)
-        rt.run(VERIFY, syms[w], graph=graph)
-        res.calls.append(Call(VERIFY, p, w, graph))
-        launched()
-        read = rt.read_async(PREDICTIONS, syms[w])
-        flush()                                       # stream the previous round's tokens
+            call = decode_call(p, eager=self.eager)
+            self.inputs.write(self.rt, self.seq[p:p + 1], call.pos0)
+            self.rt.run(call.program, call.symbols, graph=call.graph)
+            self.res.calls.append(call)
+            self.launched()
+            self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
+            self.stats.fallbacks += 1
+            self.flush()
+            return False
+        self.check_drafts(drafts)
+        w, t_start = len(drafts) + 1, self.clock()
+        self.seq[p + 1:p + w] = drafts
+        self.pos0[0] = p
+        self.rt.write("token_ids", self.seq[p:p + w])
+        self.rt.write("positions", self.positions[p:p + w])
+        self.rt.write("pos0", self.pos0)
+        self.rt.run(VERIFY, self.syms[w], graph=not self.eager)
+        self.res.calls.append(Call(VERIFY, p, w, not self.eager))
+        self.launched()
+        read = self.rt.read_async(PREDICTIONS, self.syms[w])
+        self.flush()                                  # stream the previous round's tokens
         preds = read.wait().reshape(-1).tolist()
-        t_ready = t_last = clock()
+        self.t_ready = self.t_last = self.clock()
+        return self.accept(drafts, preds, t_start)
+
+    def check_drafts(self, drafts: list[int]) -> None:
+        if len(drafts) > self.room():
+            raise KernRunError(f"the proposer returned {len(drafts)} drafts; at most "
+                               f"{self.room()} fit")
+        if self.vocab is not None and (max(drafts) >= self.vocab or min(drafts) < 0):
+            raise KernRunError(f"the proposer returned a token outside the model's vocabulary "
+                               f"(0…{self.vocab - 1}): {drafts}")
+
+    def accept(self, drafts: list[int], preds: list[int], t_start: float) -> bool:
+        """Emit the round in one go: up to the first EOS (dropped, and the run ends), or all
+        of it (drafts ≤ room(), so the step limit can only be reached at its last token)."""
         j = accept_prefix(drafts, preds)
         out = preds[:j + 1]
-        # Emit the round in one go: up to the first EOS (dropped, and the run ends), or all
-        # of it (m ≤ room(), so the step limit can only be reached at its last token).
-        cut = len(out)
-        if eos:
-            for i, tok in enumerate(out):
-                if tok in eos:
-                    cut = i
-                    break
-        keep = out[:cut] if cut < len(out) else out
-        a = n + produced
-        seq[a:a + cut] = keep
-        res.tokens += keep
-        stream += keep
-        produced += cut
-        stats.record(m, j, cut + (cut < len(out)), t_ready - t_start)
+        cut = next((i for i, tok in enumerate(out) if tok in self.eos), len(out))
+        keep = out[:cut]
+        a = self.n + self.produced
+        self.seq[a:a + cut] = keep
+        self.res.tokens += keep
+        self.stream += keep
+        self.produced += cut
+        self.stats.record(len(drafts), j, cut + (cut < len(out)), self.t_ready - t_start)
         if cut < len(out):
-            produced += 1
-            res.stop, res.eos_token = "eos", out[cut]
-            break
-        if produced >= steps:
-            res.stop = "steps"
-            break
-        proposer.extend(out)
-    flush()
-    res.decode_s = t_last - t_first
-    res.decode_tokens = produced - 1
-    return res
+            self.produced += 1
+            self.res.stop, self.res.eos_token = "eos", out[cut]
+            return True
+        if self.produced >= self.steps:
+            self.res.stop = "steps"
+            return True
+        self.proposer.extend(out)
+        return False
