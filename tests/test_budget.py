@@ -25,9 +25,6 @@ MODULES: dict[str, int] = {
 FUNCTIONS: dict[str, int] = {
     "packages/kern-mine/src/kern_mine/fit.py::_fit": 91,
     "packages/kern-mine/src/kern_mine/mine.py::mine": 91,
-    # Debt added with issue 14's speculation (2026-12-01), recorded here rather than hidden;
-    # split them next (the round loop into its prompt, fallback and round phases).
-    "packages/kern-run/src/kern_run/bench/__init__.py::run_bench": 106,
 }
 
 

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernRunError
+from .spec import (PEER_PROMPTS, SPEC_TARGETS, smollm2_spec, spec_rows,  # noqa: F401
+                   spec_set_rows, verify_cost)
 from .torch_side import (baseline_in_child, checkpoint_in_child, lookup_in_child,
                          profile_in_child)
 
@@ -194,100 +196,15 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``.
     ``spec``: also prompt-lookup speculation vs plain greedy on the shipped prompt sets
     (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases)."""
-    from kern_manifest import read
-    from kern_runtime import Runtime
-    from kern_manifest.contract import check_manifest
-    from ..defaults import cache_dir, plan_file
-    from ..chunks import kv_capacity
-
     rep = Report()
     # (case, data key, what the profile's child loads)
     later: list[tuple[str, str, dict]] = []
+    o = dict(baseline=baseline, steps=steps, reps=reps, gpu=gpu, profile=profile, spec=spec,
+             spec_k=spec_k)
     if "smollm2" in cases:
-        b = smollm2
-        info = check_manifest(read(b.manifest))
-        limit, load_cap = kv_capacity(None, info.context)
-        with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
-                          device=gpu, progress=None) as rt:
-            d = _try(rep, "smollm2", "decode", lambda: kern_decode(
-                rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
-                capacity=limit, fixed=info.context is not None))
-            if spec:
-                spec_rows(rep, "smollm2", _try(rep, "smollm2", "verify cost", lambda:
-                                                verify_cost(rt, spec_k)))
-                sp = _try(rep, "smollm2", "spec", lambda: smollm2_spec(
-                    rt, info, b, steps=steps, k=spec_k, capacity=limit,
-                    fixed=info.context is not None, limit=spec_limit))
-        if profile:
-            later.append(("smollm2", "smollm2", dict(
-                manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
-                capacity=load_cap)))
-        base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
-            None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
-        if spec and sp:
-            # transformers' eager decode is ~30 ms/token: the peer runs the first PEER_PROMPTS
-            ids = {k: v[:PEER_PROMPTS] for k, v in sp.pop("_ids").items()}
-            peer = _try(rep, "smollm2", "transformers prompt lookup", lambda: lookup_in_child(
-                b.tokenizer, ids, steps=steps, gpu=gpu)) if baseline else None
-            spec_set_rows(rep, sp, peer)
-            rep.data["smollm2_spec"] = {"kern": sp, "transformers": peer}
-        if d:
-            rep.data["smollm2"] = {"kern": d, "baseline": base}
-            t = TARGETS["smollm2_decode_ms"]
-            rep.add("smollm2", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
-                    f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
-                    f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
-            rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
-                    note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        _smollm2_case(rep, later, smollm2, spec_limit=spec_limit, **o)
     if "qwen3" in cases:
-        if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
-            raise KernRunError(f"bench qwen3: `{qwen3_dir}` has no manifest.json (give --qwen3 DIR)")
-        manifest, kernels = qwen3_dir / "manifest.json", qwen3_dir / "kernels"
-        plan = plan_file(qwen3_dir)
-        base_dir = cache_dir() / "qwen3-4b-random"
-        hf = checkpoint_in_child(base_dir / "hf", QWEN3_4B)
-        w = export_weights(manifest, plan, hf, base_dir / "kern-weights.safetensors")
-        info = check_manifest(read(manifest))
-        limit, load_cap = kv_capacity(None, info.context)
-        fixed = info.context is not None
-        with Runtime.load(manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
-                          progress=None) as rt:
-            d = _try(rep, "qwen3-4b", "decode", lambda: kern_decode(
-                rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
-                capacity=limit, fixed=fixed))
-            # a fixed KV state holds `limit` positions: the n prefill tokens + the decoded
-            # prompt token + the one generated token must fit
-            n_pf = min(prefill, limit - 2) if fixed else prefill
-            p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
-                rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
-            if spec:
-                spec_rows(rep, "qwen3-4b", _try(rep, "qwen3-4b", "verify cost", lambda:
-                                                 verify_cost(rt, spec_k)))
-        if profile:
-            later.append(("qwen3-4b", "qwen3", dict(
-                manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
-        g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
-        base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_in_child(
-            hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
-        rep.data["qwen3"] = {"kern_decode": d, "kern_prefill": p, "gemms_ms": g, "baseline": base}
-        if d:
-            over = d["decode_ms"] / g - 1 if g else None
-            t = TARGETS["qwen3_overhead"]
-            rep.add("qwen3-4b", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
-                    f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
-                    f"non-GEMM ≤ +{t:.0%}",
-                    "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
-            rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
-                    note=f"host+gaps {d['host_ms']:.3f} ms/step")
-        if g:
-            rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
-        if p:
-            t = TARGETS["qwen3_prefill_tok_s"]
-            rep.add("qwen3-4b", f"prefill {p['tokens']} tokens (chunk {p['chunk']})",
-                    f"{p['prefill_tok_s']:,.0f} tok/s", f"{p['prefill_ms']:.1f} ms", f"≥ {t:,}",
-                    ("met" if p["prefill_tok_s"] >= t else "MISSED")
-                    + (f" (--prefill {prefill} > the fixed context {limit})"
-                       if p["tokens"] < prefill else ""))
+        _qwen3_case(rep, later, qwen3_dir, prefill=prefill, **o)
     # the profiles last, each in a child process (torch.profiler leaves CUPTI subscribed in
     # its process: every later launch there pays host time)
     for case, key, load in later:
@@ -295,71 +212,112 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
     return rep
 
 
-#: issue 14's targets: verify(8) ≤ 1.25 decode steps; input-grounded ≥ 1.6x plain with
-#: τ ≥ 2.5; open chat ≥ 0.97x plain.
-SPEC_TARGETS = {"verify_ratio": 1.25, "input-grounded": 1.6, "open-chat": 0.97, "tau": 2.5}
-PEER_PROMPTS = 8
-
-
-def verify_cost(rt, k: int) -> dict:
-    """GPU ms of back-to-back ``decode`` and ``verify`` (tokens = k + 1) graphs at position
-    :data:`.torch_side.PROFILE_POS` (written first: the inputs hold whatever ran last, e.g.
-    the end of a 1022-token prefill, where k + 1 more rows would pass a fixed context)."""
-    from ..inputs import Inputs
-    from .torch_side import PROFILE_POS
-    Inputs(k + 1).write(rt, [1] * (k + 1), PROFILE_POS)
-    dec = kern_graph_ms(rt, "decode", {"tokens": 1})
-    ver = kern_graph_ms(rt, "verify", {"tokens": k + 1})
-    return {"decode_ms": dec, "verify_ms": ver, "tokens": k + 1, "ratio": ver / dec}
-
-
-def spec_rows(rep: Report, case: str, v: dict | None) -> None:
-    if not v:
-        return
-    rep.data.setdefault(f"{case}_verify", v)
-    t = SPEC_TARGETS["verify_ratio"]
-    rep.add(case, f"verify({v['tokens']}) / decode GPU ms", f"{v['ratio']:.2f}",
-            f"{v['verify_ms']:.3f} / {v['decode_ms']:.3f} ms", f"≤ {t}",
-            "met" if v["ratio"] <= t else "MISSED")
-
-
-def smollm2_spec(rt, info, b, *, steps: int, k: int, capacity, fixed: bool,
-                 limit: int | None) -> dict:
-    from ..spec import verify_contract
-    from ..tokenizer import load_tokenizer
-    from .spec import kern_spec, prompt_ids
+def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: int, reps: int,
+                  gpu: int, profile: bool, spec: bool, spec_k: int,
+                  spec_limit: int | None) -> None:
+    """The SmolLM2 rows (``b``: the bundled default); a profile to take later is appended to
+    ``later``."""
     from kern_manifest import read
-    tok = load_tokenizer(b.tokenizer)
-    vmax = verify_contract(read(b.manifest))
-    out = kern_spec(rt, info, tok, steps=steps, k=k, ngram=(2, 4), capacity=capacity,
-                    fixed=fixed, verify_max=vmax, limit=limit)
-    out["_ids"] = prompt_ids(tok, limit)
-    return out
+    from kern_manifest.contract import check_manifest
+    from kern_runtime import Runtime
+
+    from ..chunks import kv_capacity
+
+    info = check_manifest(read(b.manifest))
+    limit, load_cap = kv_capacity(None, info.context)
+    with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
+                      device=gpu, progress=None) as rt:
+        d = _try(rep, "smollm2", "decode", lambda: kern_decode(
+            rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
+            capacity=limit, fixed=info.context is not None))
+        if spec:
+            spec_rows(rep, "smollm2", _try(rep, "smollm2", "verify cost", lambda:
+                                            verify_cost(rt, spec_k)))
+            sp = _try(rep, "smollm2", "spec", lambda: smollm2_spec(
+                rt, info, b, steps=steps, k=spec_k, capacity=limit,
+                fixed=info.context is not None, limit=spec_limit))
+    if profile:
+        later.append(("smollm2", "smollm2", dict(
+            manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
+            capacity=load_cap)))
+    base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
+        None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
+    if spec and sp:
+        # transformers' eager decode is ~30 ms/token: the peer runs the first PEER_PROMPTS
+        ids = {k: v[:PEER_PROMPTS] for k, v in sp.pop("_ids").items()}
+        peer = _try(rep, "smollm2", "transformers prompt lookup", lambda: lookup_in_child(
+            b.tokenizer, ids, steps=steps, gpu=gpu)) if baseline else None
+        spec_set_rows(rep, sp, peer)
+        rep.data["smollm2_spec"] = {"kern": sp, "transformers": peer}
+    if d:
+        rep.data["smollm2"] = {"kern": d, "baseline": base}
+        t = TARGETS["smollm2_decode_ms"]
+        rep.add("smollm2", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
+                f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
+                f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
+        rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
+                note=f"host+gaps {d['host_ms']:.3f} ms/step")
 
 
-def spec_set_rows(rep: Report, sp: dict, peer: dict | None) -> None:
-    for name in ("input-grounded", "open-chat"):
-        r = sp.get(name)
-        if not r:
-            continue
-        f = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
-        t = SPEC_TARGETS[name]
-        sx = r["speedup"]
-        pr = (peer or {}).get(name)
-        rep.add(f"spec {name}", f"ms/token spec vs plain ({r['prompts']} prompts)",
-                f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
-                f"HF lookup {pr['speedup']:.2f}x ({pr['prompts']} prompts)" if pr else "",
-                f"≥ {t}x" + (f", τ ≥ {SPEC_TARGETS['tau']}" if name == "input-grounded" else ""),
-                f"{f(sx, '.2f')}x: " + ("met" if sx and sx >= t else "MISSED"))
-        rep.add(f"spec {name}", "τ tokens/round (without loops)",
-                f"{f(r['tau'], '.2f')} ({f(r['tau_without_loops'], '.2f')})",
-                note=f"{r['rounds']} rounds, {r['prompts_with_loops']} outputs loop, "
-                     f"acceptance {f(r['acceptance_rate'], '.2f')}")
-        rep.add(f"spec {name}", "round ms / host µs per round",
-                f"{f(r['ms_per_round'], '.3f')} / {f(r['host_us_per_round'], '.1f')}",
-                note=f"identical {r['identical']}/{r['prompts']}, near-ties "
-                     f"{len(r['near_tie_gaps'])} (max gap "
-                     f"{max(r['near_tie_gaps'], default=0):.3f}), bugs {len(r['bugs'])}")
+def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: bool,
+                steps: int, reps: int, gpu: int, profile: bool, spec: bool, spec_k: int,
+                prefill: int) -> None:
+    """The Qwen3-4B-shape rows (seeded random weights, cached in ``$KERN_CACHE``)."""
+    from kern_manifest import read
+    from kern_manifest.contract import check_manifest
+    from kern_runtime import Runtime
+
+    from ..chunks import kv_capacity
+    from ..defaults import cache_dir, plan_file
+
+    if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
+        raise KernRunError(f"bench qwen3: `{qwen3_dir}` has no manifest.json (give --qwen3 DIR)")
+    manifest, kernels = qwen3_dir / "manifest.json", qwen3_dir / "kernels"
+    plan = plan_file(qwen3_dir)
+    base_dir = cache_dir() / "qwen3-4b-random"
+    hf = checkpoint_in_child(base_dir / "hf", QWEN3_4B)
+    w = export_weights(manifest, plan, hf, base_dir / "kern-weights.safetensors")
+    info = check_manifest(read(manifest))
+    limit, load_cap = kv_capacity(None, info.context)
+    fixed = info.context is not None
+    with Runtime.load(manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
+                      progress=None) as rt:
+        d = _try(rep, "qwen3-4b", "decode", lambda: kern_decode(
+            rt, info.max_tokens, steps=steps, reps=reps, vocab=info.vocab,
+            capacity=limit, fixed=fixed))
+        # a fixed KV state holds `limit` positions: the n prefill tokens + the decoded
+        # prompt token + the one generated token must fit
+        n_pf = min(prefill, limit - 2) if fixed else prefill
+        p = _try(rep, "qwen3-4b", "prefill", lambda: kern_prefill(
+            rt, info.max_tokens, n_pf, reps, info.vocab, capacity=limit, fixed=fixed))
+        if spec:
+            spec_rows(rep, "qwen3-4b", _try(rep, "qwen3-4b", "verify cost", lambda:
+                                             verify_cost(rt, spec_k)))
+    if profile:
+        later.append(("qwen3-4b", "qwen3", dict(
+            manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
+    g = _try(rep, "qwen3-4b", "GEMMs alone", lambda: gemms_alone_ms(manifest, kernels, [w], gpu))
+    base = _try(rep, "qwen3-4b", "baseline", lambda: baseline_in_child(
+        hf, None, steps=steps, reps=reps, gpu=gpu)) if baseline else None
+    rep.data["qwen3"] = {"kern_decode": d, "kern_prefill": p, "gemms_ms": g, "baseline": base}
+    if d:
+        over = d["decode_ms"] / g - 1 if g else None
+        t = TARGETS["qwen3_overhead"]
+        rep.add("qwen3-4b", "decode ms/token (graph loop)", f"{d['decode_ms']:.3f}",
+                f"{base['decode_ms']:.3f} (HF compiled)" if base else "",
+                f"non-GEMM ≤ +{t:.0%}",
+                "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
+        rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
+                note=f"host+gaps {d['host_ms']:.3f} ms/step")
+    if g:
+        rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
+    if p:
+        t = TARGETS["qwen3_prefill_tok_s"]
+        rep.add("qwen3-4b", f"prefill {p['tokens']} tokens (chunk {p['chunk']})",
+                f"{p['prefill_tok_s']:,.0f} tok/s", f"{p['prefill_ms']:.1f} ms", f"≥ {t:,}",
+                ("met" if p["prefill_tok_s"] >= t else "MISSED")
+                + (f" (--prefill {prefill} > the fixed context {limit})"
+                   if p["tokens"] < prefill else ""))
 
 
 def smollm2_config(gguf: Path) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import load_prompt_sets, repetition_loop, spec_check, speedup
+from ..spec import load_prompt_sets, repetition_loop, spec_check, speedup, verify_contract
 
 
 @dataclass
@@ -110,3 +110,69 @@ def prompt_ids(tok, limit: int | None = None) -> dict[str, list[list[int]]]:
     """The chat-rendered prompt ids of both sets (for the peer, which gets the same ids)."""
     return {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
             for name, prompts in load_prompt_sets().items()}
+
+
+#: issue 14's targets: verify(8) ≤ 1.25 decode steps; input-grounded ≥ 1.6x plain with
+#: τ ≥ 2.5; open chat ≥ 0.97x plain.
+SPEC_TARGETS = {"verify_ratio": 1.25, "input-grounded": 1.6, "open-chat": 0.97, "tau": 2.5}
+PEER_PROMPTS = 8
+
+
+def verify_cost(rt, k: int) -> dict:
+    """GPU ms of back-to-back ``decode`` and ``verify`` (tokens = k + 1) graphs at position
+    :data:`.torch_side.PROFILE_POS` (written first: the inputs hold whatever ran last, e.g.
+    the end of a 1022-token prefill, where k + 1 more rows would pass a fixed context)."""
+    from ..inputs import Inputs
+    from . import kern_graph_ms
+    from .torch_side import PROFILE_POS
+    Inputs(k + 1).write(rt, [1] * (k + 1), PROFILE_POS)
+    dec = kern_graph_ms(rt, "decode", {"tokens": 1})
+    ver = kern_graph_ms(rt, "verify", {"tokens": k + 1})
+    return {"decode_ms": dec, "verify_ms": ver, "tokens": k + 1, "ratio": ver / dec}
+
+
+def spec_rows(rep, case: str, v: dict | None) -> None:
+    if not v:
+        return
+    rep.data.setdefault(f"{case}_verify", v)
+    t = SPEC_TARGETS["verify_ratio"]
+    rep.add(case, f"verify({v['tokens']}) / decode GPU ms", f"{v['ratio']:.2f}",
+            f"{v['verify_ms']:.3f} / {v['decode_ms']:.3f} ms", f"≤ {t}",
+            "met" if v["ratio"] <= t else "MISSED")
+
+
+def smollm2_spec(rt, info, b, *, steps: int, k: int, capacity, fixed: bool,
+                 limit: int | None) -> dict:
+    from ..tokenizer import load_tokenizer
+    from kern_manifest import read
+    tok = load_tokenizer(b.tokenizer)
+    vmax = verify_contract(read(b.manifest))
+    out = kern_spec(rt, info, tok, steps=steps, k=k, ngram=(2, 4), capacity=capacity,
+                    fixed=fixed, verify_max=vmax, limit=limit)
+    out["_ids"] = prompt_ids(tok, limit)
+    return out
+
+
+def spec_set_rows(rep, sp: dict, peer: dict | None) -> None:
+    for name in ("input-grounded", "open-chat"):
+        r = sp.get(name)
+        if not r:
+            continue
+        f = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
+        t = SPEC_TARGETS[name]
+        sx = r["speedup"]
+        pr = (peer or {}).get(name)
+        rep.add(f"spec {name}", f"ms/token spec vs plain ({r['prompts']} prompts)",
+                f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
+                f"HF lookup {pr['speedup']:.2f}x ({pr['prompts']} prompts)" if pr else "",
+                f"≥ {t}x" + (f", τ ≥ {SPEC_TARGETS['tau']}" if name == "input-grounded" else ""),
+                f"{f(sx, '.2f')}x: " + ("met" if sx and sx >= t else "MISSED"))
+        rep.add(f"spec {name}", "τ tokens/round (without loops)",
+                f"{f(r['tau'], '.2f')} ({f(r['tau_without_loops'], '.2f')})",
+                note=f"{r['rounds']} rounds, {r['prompts_with_loops']} outputs loop, "
+                     f"acceptance {f(r['acceptance_rate'], '.2f')}")
+        rep.add(f"spec {name}", "round ms / host µs per round",
+                f"{f(r['ms_per_round'], '.3f')} / {f(r['host_us_per_round'], '.1f')}",
+                note=f"identical {r['identical']}/{r['prompts']}, near-ties "
+                     f"{len(r['near_tie_gaps'])} (max gap "
+                     f"{max(r['near_tie_gaps'], default=0):.3f}), bugs {len(r['bugs'])}")
