@@ -49,7 +49,9 @@ def test_special_tokens_are_single_ids(tok):
 
 @pytest.fixture(scope="module")
 def llama():
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: it is a source build of llama.cpp, kept out of the "
+                                    "environment by the root pyproject's override-dependencies; "
+                                    "`uv pip install llama-cpp-python` to compare tokenizers")
     llm = llama_cpp.Llama(model_path=str(GGUF), vocab_only=True, verbose=False)
     yield llm
     llm.close()
