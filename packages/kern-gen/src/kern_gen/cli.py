@@ -14,6 +14,8 @@ from .llama.command import llama_command, qwen3_command
 app = typer.Typer(
     name="kern-gen",
     help="kern-gen: model manifest generators and weight export for kern.",
+    epilog="Exit status: 0 written; 2 refused (an input could not be read, a mined fact "
+           "does not hold, or bad usage; one line names the place); nothing is written then.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -21,7 +21,9 @@ from .render import render_human, render_json
 from .verify import verify as verify_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Verify kern manifests (format version 2).")
+                  help="Verify kern manifests (format version 2).",
+                  epilog="Exit status: 0 every manifest is clean; 1 a manifest was read and "
+                         "breaks a rule; 2 a file could not be read or decoded, or bad usage.")
 
 
 def _text(path: Path) -> str | None:

@@ -19,7 +19,10 @@ from .errors import KernRunError, NoGpuError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="Run a Qwen3/Llama-family kern manifest: chunked prefill, graph "
-                       "decode, greedy. Without model options: the bundled SmolLM2-135M.")
+                       "decode, greedy. Without model options: the bundled SmolLM2-135M.",
+                  epilog="Exit status: 0 done; 1 the run failed (no usable GPU, a runtime "
+                         "error, --spec-check found a divergence above 0.25 logit); 2 bad "
+                         "input or usage (options, files, a manifest outside the contract).")
 
 
 def _fail(err: Exception) -> None:
