@@ -96,13 +96,39 @@ def test_tokenizer_of_another_model(model):
     assert code == 2 and "do not belong to the same model" in err
 
 
-def test_no_gpu_is_one_clear_line(model, monkeypatch):
+def test_bad_files_are_named_before_the_missing_gpu(model, monkeypatch):
+    """Without a GPU, what can be checked without one is checked first (issue 17, item 6):
+    here the kernels folder holds no cubin for the unpinned step, which the artifact check
+    names (and, once that is fixed, the empty weights file)."""
     monkeypatch.setattr(runner, "probe_gpu", lambda: (False, "no CUDA driver"))
     code, out, err = invoke(*model_args(model))
-    assert code == 1
-    assert err.strip().splitlines() == [
-        "kern-run: no usable GPU here (no CUDA driver); kern-run needs an NVIDIA GPU with the "
-        "CUDA driver"]
+    assert code == 1 and "kernel artifact" in err and "holds no *.cubin file" in err, err
+    assert "no usable GPU" not in err and "Traceback" not in err
+    (model["manifest"].parent / "kernels" / "fake.cubin").write_bytes(b"not an ELF")
+    code, out, err = invoke(*model_args(model))
+    assert code == 1 and str(model["weights"]) in err and "no usable GPU" not in err, err
+
+
+def test_missing_pinned_cubin_is_named_before_the_missing_gpu(tmp_path, monkeypatch):
+    """The bundled example with one of its pinned cubins gone: named, before the probe."""
+    import shutil
+    from kern_run.defaults import example_files
+    manifest, kernels, _ = example_files()
+    k = tmp_path / "kernels"
+    shutil.copytree(kernels, k)
+    gone = sorted(k.iterdir())[0]
+    gone.unlink()
+    (tmp_path / "manifest.json").write_bytes(manifest.read_bytes())
+    w = tmp_path / "w.safetensors"
+    w.write_bytes(b"")
+    monkeypatch.setattr(runner, "probe_gpu", lambda: (False, "no CUDA driver"))
+    try:
+        gguf = gguf_path()
+    except KernRunError as err:
+        pytest.skip(str(err))
+    code, _, err = invoke("--manifest", str(tmp_path / "manifest.json"), "--weights", str(w),
+                          "--tokenizer", str(gguf))
+    assert code == 1 and gone.name in err and "no usable GPU" not in err, err
 
 
 def test_no_gpu_bench(monkeypatch, tmp_path):

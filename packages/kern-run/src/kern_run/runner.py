@@ -158,6 +158,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         verify_max = verify_contract(vm.manifest)
         check_spec_options(o.spec_k, o.spec_ngram, info.max_tokens, verify_max)
     if runtime_factory is None:
+        check_artifacts(vm, model, load_capacity)
         ok, why = probe_gpu()
         if not ok:
             raise NoGpuError(f"no usable GPU here ({why}); kern-run needs an NVIDIA GPU with "
@@ -211,6 +212,20 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     if report is not None and report.bug:
         raise SpecCheckFailed(report.describe())
     return Outcome(res, "".join(pieces), stats)
+
+
+def check_artifacts(vm, model: Model, capacity: int | None) -> None:
+    """Everything about the files that needs no GPU, before the GPU probe (issue 17, item 6):
+    cubins present and matching their sha256 pins and, for explicit weights, the safetensors
+    headers against the manifest's weight buffers (symbols resolve only in a loaded module;
+    the
+    bundled default's weights are exported from the GGUF on first use, after the probe)."""
+    if model.default:
+        from kern_runtime.artifacts import read_cubins
+        read_cubins(vm, model.kernels)
+        return
+    from kern_runtime import prepare
+    prepare(vm, model.kernels, model.weights, capacity)
 
 
 def _generate(rt, ids: list[int], o: RunOptions, verify_max: int | None, common: dict):
