@@ -55,15 +55,10 @@ def graph_ms(rt, program: str, symbols: dict[str, int], k: int = 50, reps: int =
     return statistics.median(out)
 
 
-def f32(bf16_bits):
-    """bf16 buffers come back as their uint16 bit patterns."""
-    import numpy as np
-    return (np.asarray(bf16_bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
 def check_case(name: str, rt, info, prompts: list[list[int]], steps: int, near: float,
                sigmas: float) -> dict:
     import numpy as np
+    from kern_weights.arrays import bf16_to_f32  # bf16 buffers come back as uint16 bits
 
     from kern_run.inputs import Inputs
 
@@ -79,7 +74,7 @@ def check_case(name: str, rt, info, prompts: list[list[int]], steps: int, near: 
         for i in range(steps):
             inputs.write(rt, [tok], n - 1 + i)
             rt.run("decode", {"tokens": 1})
-            lg = f32(rt.read("logits")).reshape(-1)
+            lg = bf16_to_f32(rt.read("logits")).reshape(-1)
             tok = int(rt.read("next_token").reshape(-1)[0])
             top = np.partition(lg, -2)[-2:]
             gaps.append(float(abs(top[1] - top[0])))
@@ -95,7 +90,7 @@ def check_case(name: str, rt, info, prompts: list[list[int]], steps: int, near: 
             inputs.write(rt, block, n - 1 + j)
             rt.run("verify", {"tokens": 8})
             pred = [int(x) for x in rt.read("predictions", {"tokens": 8}).reshape(-1)]
-            vl = f32(rt.read(lm, {"tokens": 8})).reshape(8, -1)
+            vl = bf16_to_f32(rt.read(lm, {"tokens": 8})).reshape(8, -1)
             for i, p in enumerate(pred):
                 checked += 1
                 err = float(np.sqrt(np.mean((vl[i] - logits[j + i]) ** 2)))

@@ -48,3 +48,22 @@ def test_a_broken_manifest_is_refused_with_every_deviation():
         "contract's inputs are `token_ids`, `positions`, `pos0`)"]]
     assert isinstance(e.value, KernError) and e.value.exit_code == 2
     assert str(e.value) == "\n".join(e.value.problems)
+
+
+@pytest.mark.parametrize("example", ["smollm2-135m", "qwen3-4b"])
+def test_examples_carry_speculations_verify(example):
+    from kern_manifest.contract import VERIFY_MAX, check_verify
+    vm = load(EXAMPLES / example / "manifest.json")
+    assert check_verify(vm.manifest) == VERIFY_MAX == 16      # tokens.max 1024 > 16
+
+
+def test_a_manifest_without_verify_is_refused_for_speculation():
+    from kern_manifest.contract import check_verify
+    doc = json.loads((EXAMPLES / "smollm2-135m" / "manifest.json").read_text())
+    del doc["programs"]["verify"]
+    doc["buffers"]["predictions"]["dtype"] = "i32"
+    with pytest.raises(ContractError) as ei:
+        check_verify(from_obj(doc))
+    p = ei.value.problems
+    assert len(p) == 2 and "--spec needs a program `verify`" in p[0]
+    assert "buffer `predictions` is output i32['tokens']" in p[1]

@@ -40,6 +40,8 @@ LOGITS = "logits"
 #: token after each row into ``predictions`` (i64 [tokens]); kern-run's ``--spec`` checks it.
 VERIFY = "verify"
 PREDICTIONS = "predictions"
+#: The most tokens one ``verify`` call takes (an anchor and at most 15 drafts).
+VERIFY_MAX = 16
 
 
 class ContractError(KernError):
@@ -128,3 +130,19 @@ def _buffer_problem(m: Manifest, name: str, cls: str, dtype: str, shape: list) -
     if b.cls != cls or b.dtype != dtype or list(b.shape) != shape:
         return [f"buffer `{name}` is {have}; the contract needs {want}"]
     return []
+
+
+def check_verify(m: Manifest) -> int:
+    """Check ``m`` for speculation (a ``verify`` program and its ``predictions`` output,
+    i64 [tokens]); return the most tokens one ``verify`` call takes
+    (``min(VERIFY_MAX, tokens.max)``). Raises :class:`ContractError` listing every deviation."""
+    problems = []
+    if VERIFY not in m.programs:
+        problems.append(f"--spec needs a program `{VERIFY}` (speculative decoding's check of "
+                        f"a round's drafts); the manifest has "
+                        f"{', '.join(f'`{p}`' for p in m.programs)}")
+    problems += _buffer_problem(m, PREDICTIONS, "output", "i64", [SYMBOL])
+    if problems:
+        raise ContractError(*problems)
+    sym = m.symbols.get(SYMBOL)
+    return min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX)

@@ -7,12 +7,14 @@ longest agreeing prefix plus the correction (lossless: the output is plain greed
 - :mod:`.loop`: the round loop with the plain pipelined decode as fallback;
 - :mod:`.stats`: τ, acceptance per draft position, round and host times, speedup;
 - :mod:`.check`: ``--spec-check``, plain vs speculative in one process;
-- :mod:`.contract`: what ``--spec`` needs from a manifest;
+- ``verify_contract`` (:func:`kern_manifest.contract.check_verify`): what ``--spec`` needs
+  from a manifest;
 - :mod:`.prompts`: the prompt sets of ``kern-run bench --spec``."""
+
+from kern_manifest.contract import check_verify as verify_contract
 
 from .accept import accept_prefix, emitted
 from .check import BUG_GAP, CheckReport, Divergence, spec_check
-from .contract import verify_contract
 from .loop import (DEFAULT_K, PREDICTIONS, VERIFY, VERIFY_MAX, Proposer, SpecResult,
                    check_spec_options, spec_generate, verify_widths)
 from .ngram import DEFAULT_NGRAM, NgramProposer

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kern_manifest.contract import LOGITS
+from kern_weights.arrays import bf16_to_f32
+
 from ..generate import ONE, Result, RuntimeLike, generate
 from .loop import DEFAULT_K, VERIFY_MAX, Proposer, SpecResult, spec_generate
 from .ngram import DEFAULT_NGRAM
@@ -99,7 +101,7 @@ def logits_f32(arr: np.ndarray) -> np.ndarray:
     ``uint16`` bits."""
     a = np.asarray(arr)
     if a.dtype == np.uint16:
-        a = (a.astype(np.uint32) << 16).view(np.float32)
+        a = bf16_to_f32(a)
     return a.reshape(-1).astype(np.float32)
 
 

@@ -37,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY
+from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY, VERIFY_MAX
 from ..errors import KernRunError
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs
@@ -46,8 +46,6 @@ from .accept import accept_prefix
 from .ngram import DEFAULT_NGRAM, NgramProposer
 from .stats import SpecStats
 
-#: The most tokens one ``verify`` takes (its ``tokens`` range: 1 … 16).
-VERIFY_MAX = 16
 DEFAULT_K = 7
 
 
