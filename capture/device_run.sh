@@ -119,7 +119,10 @@ export WORK LIB
 run_model() { # run_model NAME CAPDIR|- ARGS... : wall seconds -> $WORK/NAME.wall, sidecar -> $WORK/NAME.sidecar.json
   local name=$1 cap=$2 s rc
   shift 2
-  local envs=(TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-$name" TRITON_CACHE_DIR="$WORK/triton-$name")
+  # Inductor's generated code goes with the capture as evidence (the generator's tests read
+  # the writers' store arithmetic and bounds from it): TORCH_LOGS=output_code, one file per run.
+  local envs=(TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-$name" TRITON_CACHE_DIR="$WORK/triton-$name"
+              TORCH_LOGS=output_code TORCH_LOGS_OUT="$WORK/$name.inductor.log")
   [ "$cap" != "-" ] && envs+=(CUDA_INJECTION64_PATH="$LIB" KERN_CAPTURE_DIR="$cap")
   s=$(date +%s.%N)
   env "${envs[@]}" python3 capture/models/hf_capture.py --prompts "$PROMPTS" --decode "$DECODE" --attn "$ATTN" \
@@ -148,12 +151,15 @@ want slowdown && phase uncaptured 210 bash -c 'run_model uncaptured - $SMALL'
 # --- 6 trim + package -----------------------------------------------------------------------
 set +x
 RESERVE=0
-package() { # package NAME CAPDIR SIDECAR
+package() { # package NAME CAPDIR SIDECAR [INDUCTOR_LOG]
   local n=$1 cap=$2 side=$3 fx=$WORK/fx
   [ -d "$cap" ] || { echo "no capture for $n"; return 1; }
   local sc=()
   [ -f "$side" ] && sc=(--sidecar "$side")
   python3 capture/trim.py "$cap" "$fx/$n" "${sc[@]}" || return 1
+  if [ -f "$4" ]; then
+    mkdir -p "$fx/$n/inductor" && xz -T0 -6 -c "$4" > "$fx/$n/inductor/inductor_code.log.xz"
+  fi
   for p in "$cap"/pid-*; do python3 capture/trim.py --stats "$p" > "$fx/$n/stats-$(basename "$p").json" 2>/dev/null; done
   tar -C "$fx" -cf - "$n" | xz -T0 -6 > "$OUT/$n.tar.xz"
   if [ "$(stat -c %s "$OUT/$n.tar.xz")" -gt 16000000 ]; then
@@ -163,8 +169,8 @@ package() { # package NAME CAPDIR SIDECAR
   fi
   ls -l "$OUT/$n.tar.xz"
 }
-want package && phase package_qwen3 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package qwen3-4b-random $WORK/cap-qwen3 $WORK/qwen3.sidecar.json"
-[ -f "$GGUF" ] && want package && phase package_smollm2 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package smollm2 $WORK/cap-smollm2 $WORK/smollm2.sidecar.json"
+want package && phase package_qwen3 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package qwen3-4b-random $WORK/cap-qwen3 $WORK/qwen3.sidecar.json $WORK/qwen3.inductor.log"
+[ -f "$GGUF" ] && want package && phase package_smollm2 60 bash -c "$(declare -f package); WORK=$WORK OUT=$OUT; package smollm2 $WORK/cap-smollm2 $WORK/smollm2.sidecar.json $WORK/smollm2.inductor.log"
 if [ -d "$WORK/gt" ]; then
   tar -C "$WORK" --exclude=gt/gt -cf - gt | xz -T0 -6 > "$OUT/gt.tar.xz"
 fi

@@ -8,7 +8,11 @@ The script knows nothing about the capture library: it is an ordinary PyTorch pr
 Workload: for each prompt length, one prefill of that many tokens and --decode greedy
 decode steps, all through one compiled forward (Inductor, default mode: no CUDA graphs,
 so every kernel launch executes and is seen by CUPTI).  A static KV cache keeps cache
-pointers fixed across requests.
+pointers fixed across requests.  --cache-layout token-major (the default) stores it
+`[1, L, kv_heads, D]` with L = the model's max_position_embeddings and an explicit
+per-token write index (token_major_cache.py says why); head-major is transformers'
+StaticCache `[1, kv_heads, L, D]` (L = --max-cache, 1024 by default), the layout of the
+captures before issue 13.
 
 Sidecar (JSON, --sidecar): every weight and KV-cache tensor (name, data_ptr, bytes, dtype,
 shape) and every request's token counts, with CLOCK_MONOTONIC start/end of each forward.
@@ -32,6 +36,8 @@ import traceback
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QWEN3_4B = dict(
     hidden_size=2560,
@@ -105,6 +111,10 @@ def make_cache(model, args: argparse.Namespace):
     """A static cache (fixed pointers) if this transformers version builds one, else dynamic."""
     import transformers
 
+    if args.cache == "static" and args.cache_layout == "token-major":
+        from token_major_cache import TokenMajorCache
+
+        return TokenMajorCache(model.config.num_hidden_layers, args.max_cache, args.device), "static"
     if args.cache == "static":
         for kwargs in (
             dict(config=model.config, max_cache_len=args.max_cache),
@@ -121,6 +131,8 @@ def make_cache(model, args: argparse.Namespace):
 
 def cache_tensors(cache) -> list[tuple[str, torch.Tensor]]:
     """Every KV tensor of a transformers cache, named `layers.<i>.keys|values`."""
+    if hasattr(cache, "tensors"):
+        return cache.tensors()
     out: list[tuple[str, torch.Tensor]] = []
     layers = getattr(cache, "layers", None)
     if layers is not None:
@@ -160,6 +172,16 @@ def prompt_ids(n: int, tok, vocab: int, seed: int) -> list[int]:
     return torch.randint(0, vocab, (n,), generator=gen).tolist()
 
 
+def step_inputs(cache, pos: int, tokens: int, args: argparse.Namespace) -> dict:
+    """Model keyword arguments of one forward at positions pos .. pos + tokens - 1: the
+    token-major cache takes its write slots first and the model gets explicit position_ids;
+    transformers' StaticCache derives both from its own counter (cache_position is ignored
+    by transformers 5 and kept for older versions)."""
+    if hasattr(cache, "feed"):
+        return {"position_ids": cache.feed(pos, tokens, args.device)}
+    return {"cache_position": torch.arange(pos, pos + tokens, device=args.device)}
+
+
 def run(args: argparse.Namespace) -> dict:
     t_start = time.monotonic_ns()
     model, tok = build_model(args)
@@ -168,14 +190,16 @@ def run(args: argparse.Namespace) -> dict:
     log(f"model {args.model} loaded in {(t_loaded - t_start) / 1e9:.1f} s "
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f} M params, attn={args.attn})")
 
+    if args.max_cache is None:
+        args.max_cache = (int(model.config.max_position_embeddings) if args.cache_layout == "token-major"
+                          else 1024)
     cache, cache_kind = make_cache(model, args)
     if cache_kind == "static":
         # One eager token first: the static cache allocates its tensors lazily on first use,
         # and compiling against an uninitialised cache costs an extra recompile (~30 s).
         with torch.no_grad():
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=args.device), past_key_values=cache,
-                  cache_position=torch.zeros(1, dtype=torch.long, device=args.device), use_cache=True,
-                  logits_to_keep=1)
+                  use_cache=True, logits_to_keep=1, **step_inputs(cache, 0, 1, args))
         sync(args.device)
     forward = model.forward
     if args.compile:
@@ -202,16 +226,19 @@ def run(args: argparse.Namespace) -> dict:
         generated = []
         for step in range(args.decode + 1):
             t_in = inp.shape[1]
-            cache_position = torch.arange(pos, pos + t_in, device=args.device)
+            extra = step_inputs(cache, pos, t_in, args)
             t0 = time.monotonic_ns()
             with torch.no_grad():
-                out = forward(input_ids=inp, past_key_values=cache, cache_position=cache_position,
-                              use_cache=True, logits_to_keep=1)
+                out = forward(input_ids=inp, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
             nxt = int(out.logits[0, -1].argmax())
             sync(args.device)
             t1 = time.monotonic_ns()
-            req["forwards"].append({"kind": "prefill" if step == 0 else "decode", "tokens": t_in,
-                                    "position": pos, "t0_ns": t0, "t1_ns": t1})
+            fwd = {"kind": "prefill" if step == 0 else "decode", "tokens": t_in, "position": pos,
+                   "t0_ns": t0, "t1_ns": t1, "input_ids_ptr": int(inp.data_ptr())}
+            if "position_ids" in extra:     # the token-major layout's two per-token index inputs
+                fwd["position_ids_ptr"] = int(extra["position_ids"].data_ptr())
+                fwd["slots_ptr"] = int(cache.slots.data_ptr())
+            req["forwards"].append(fwd)
             generated.append(nxt)
             pos += t_in
             inp = torch.tensor([[nxt]], device=args.device)
@@ -233,7 +260,8 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model,
         "config": model.config.to_dict() if hasattr(model.config, "to_dict") else {},
         "attn_implementation": args.attn,
-        "cache": {"kind": cache_kind, "max_len": args.max_cache, "tensors": [describe(n, t) for n, t in cache_tensors(cache)]},
+        "cache": {"kind": cache_kind, "layout": args.cache_layout if cache_kind == "static" else "dynamic",
+                  "max_len": args.max_cache, "tensors": [describe(n, t) for n, t in cache_tensors(cache)]},
         "compile": {"enabled": args.compile, "dynamic": args.dynamic, "mode": "default", "cudagraphs": False},
         "torch": torch.__version__,
         "pid": os.getpid(),
@@ -255,7 +283,12 @@ def main() -> int:
     ap.add_argument("--decode", type=int, default=3, help="decode steps per prompt")
     ap.add_argument("--attn", default="sdpa", help="attn_implementation (sdpa, flex_attention, eager)")
     ap.add_argument("--cache", default="static", choices=["static", "dynamic"])
-    ap.add_argument("--max-cache", type=int, default=1024)
+    ap.add_argument("--cache-layout", default="token-major", choices=["token-major", "head-major"],
+                    help="static cache storage: token-major [1, L, kv_heads, D] (capacity-free writers) or "
+                         "transformers' StaticCache head-major [1, kv_heads, L, D]")
+    ap.add_argument("--max-cache", type=int, default=None,
+                    help="static cache length L (default: the model's max_position_embeddings for "
+                         "token-major, 1024 for head-major)")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--dynamic", default="auto", choices=["auto", "true", "false"],
                     help="torch.compile dynamic= (auto: None, PyTorch decides)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import KernError
-from .schema import Manifest
+from .schema import Manifest, UnsetType
 
 #: The one symbol: the tokens of a call (``decode`` runs with 1).
 SYMBOL = "tokens"
@@ -19,7 +19,9 @@ PREFILL = "prefill"
 DECODE = "decode"
 #: The programs the caller runs, in this order for a prompt.
 PROGRAMS = (PREFILL, DECODE)
-#: The KV state (``bytes_per_token``, or ``bytes_fixed`` with ``tokens.max`` positions).
+#: The KV cache is either per-token states (any names, ``bytes_per_token`` each: the caller
+#: picks the capacity, e.g. one state per layer's K and V), or the one state ``kv`` with
+#: ``bytes_fixed`` (a layout fixed at generation, ``tokens.max`` positions).
 STATE = "kv"
 
 TOKEN_IDS = "token_ids"
@@ -65,8 +67,11 @@ class ContractInfo:
     model: str
     max_tokens: int          # the largest prefill chunk (`tokens.max`)
     vocab: int | None        # from `logits` [1, vocab], when declared
-    kv_bytes_per_token: int  # 0 when the state is fixed
-    kv_bytes_fixed: int = 0  # 0 when the state is per token
+    kv_bytes_per_token: int  # over every state; 0 when the state is fixed
+    kv_bytes_fixed: int = 0  # 0 when the states are per token
+    position_limit: int | None = None
+    """Positions the kernels can address at all (``positions``' domain ``max`` + 1: e.g. the
+    mined cache writers' compiled bound), whatever the capacity; None when not declared."""
 
     @property
     def context(self) -> int | None:
@@ -98,9 +103,15 @@ def check_manifest(m: Manifest) -> ContractInfo:
     for prog in PROGRAMS:
         if prog not in m.programs:
             problems.append(f"manifest declares no program `{prog}`")
-    st = m.states.get(STATE)
-    if st is None:
-        problems.append(f"manifest declares no state `{STATE}`")
+    per_token = {n: st for n, st in m.states.items() if st.bytes_per_token}
+    fixed = {n: st for n, st in m.states.items() if not st.bytes_per_token}
+    if not m.states:
+        problems.append(f"manifest declares no state (the KV cache: per-token states, or the "
+                        f"fixed state `{STATE}`)")
+    elif fixed and (per_token or list(fixed) != [STATE]):
+        problems.append(f"manifest mixes states: the KV cache is per-token states or the one "
+                        f"fixed state `{STATE}` (fixed: "
+                        f"{', '.join(f'`{n}`' for n in sorted(fixed))})")
     for name, (dtype, shape) in INPUTS.items():
         problems += _buffer_problem(m, name, "input", dtype, shape)
     for name, (dtype, shape) in OUTPUTS.items():
@@ -116,9 +127,15 @@ def check_manifest(m: Manifest) -> ContractInfo:
     lg = m.buffers.get(LOGITS)
     if lg is not None and lg.shape and isinstance(lg.shape[-1], int):
         vocab = lg.shape[-1]
+    limit = None
+    dom = m.buffers[POSITIONS].domain
+    if not isinstance(dom, UnsetType) and isinstance(dom.max, int):
+        limit = dom.max + 1
     return ContractInfo(model=m.meta.model, max_tokens=sym.max,  # type: ignore[union-attr]
-                        vocab=vocab, kv_bytes_per_token=st.bytes_per_token,  # type: ignore[union-attr]
-                        kv_bytes_fixed=st.bytes_fixed)  # type: ignore[union-attr]
+                        vocab=vocab,
+                        kv_bytes_per_token=sum(st.bytes_per_token for st in per_token.values()),
+                        kv_bytes_fixed=sum(st.bytes_fixed for st in fixed.values()),
+                        position_limit=limit)
 
 
 def _buffer_problem(m: Manifest, name: str, cls: str, dtype: str, shape: list) -> list[str]:

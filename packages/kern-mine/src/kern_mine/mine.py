@@ -61,7 +61,11 @@ def mine(capture: Capture | str | Path, options: Options | None = None) -> Mined
     kept = sel.kept
     kept_t = [launches[i].t_ns for i in kept]
     kept_ids = [sel.ident[i] for i in kept]
-    passes = cut_passes(kept_t, kept_ids, int(opts.gap_ms * 1e6))
+    # Start kernels are recognised by name: a compiled graph's static and dynamic variants
+    # (decode and prefill) launch the same-named first kernel from different modules.
+    name_of: dict[str, int] = {}
+    kept_names = [name_of.setdefault(launches[i].name or "", len(name_of)) for i in kept]
+    passes = cut_passes(kept_t, kept_ids, int(opts.gap_ms * 1e6), starts=kept_names)
     if opts.request is not None and not 0 <= opts.request < len(passes.requests):
         raise MineError(f"{capture.launches_path}: --request {opts.request} is out of range "
                         f"(the capture has {len(passes.requests)} request(s))")

@@ -26,7 +26,9 @@ Contract:
 * The **end** of a forward is ``tail`` launches after an anchor occurrence, ``tail`` being the
   most common number of launches that follow the last anchor occurrence up to the end of a
   request (a request ends with a complete forward; ties: the smaller).
-* The **start** kernel: between consecutive ends of one stretch lies a forward, possibly
+* The **start** kernel (recognised by a class of identities, kern-mine: by kernel name, so that
+  the static and dynamic variants of one compiled graph share it): between consecutive ends
+  of one stretch lies a forward, possibly
   preceded by launches that are not part of it (cache resets or host-side setup between
   requests or steps).  Among the identities present in at least 90 % of these interior
   segments, the one whose first occurrence lies earliest (median offset from the segment's
@@ -34,6 +36,10 @@ Contract:
   after the previous end to its own end.  The launches before it belong to no forward.  Without
   interior segments (no stretch holds two forwards) there is no start kernel and a forward
   begins right after the previous end (or at the stretch's start).
+* A segment inside a stretch (not its first) that lacks the start kernel is a forward whose
+  first kernel differs (cuBLAS picks GEMM kernels by problem size): it begins at its first
+  launch whose identity is not a *setup* identity (one seen between an end and the next
+  start kernel in the other segments).
 * **Irregular** (truncated) forwards: the first segment of a stretch that lacks the start
   kernel (the capture or the trim began inside a forward), and launches after the last end
   that contain the start kernel (the capture ended inside one).  They are reported, not mined.
@@ -151,11 +157,14 @@ def _choose_anchor(ids: Sequence[int], stretches: list[tuple[int, int]], exclude
 
 
 def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]], req_end: Sequence[int],
-                req: Sequence[int]):
-    """Forward spans ``(start, end, regular)`` for one anchor, with (tail, start identity, between)."""
+                req: Sequence[int], starts: Sequence[int] | None = None):
+    """Forward spans ``(start, end, regular)`` for one anchor, with (tail, start identity, between).
+    ``starts``: the class each launch is recognised by as a start kernel (default: its identity)."""
+    anchor_ids = ids
+    ids = ids if starts is None else starts
     occ: list[list[int]] = []
     for s, e in stretches:
-        occ.append([i for i in range(s, e) if ids[i] == anchor])
+        occ.append([i for i in range(s, e) if anchor_ids[i] == anchor])
     # tail: launches after the last anchor occurrence up to the end of the request
     tails = [e - 1 - o[-1] for (s, e), o in zip(stretches, occ) if o and e == req_end[req[s]]]
     if not tails:
@@ -192,6 +201,17 @@ def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]
                 return i
         return None
 
+    # Identities seen between a forward's end and the next start kernel (setup, resets):
+    # a forward inside a stretch that lacks the start kernel begins after such launches.
+    setup: set[int] = set()
+    if start_id is not None:
+        for (s, e), en in zip(stretches, ends):
+            prev = s - 1
+            for k, end in enumerate(en):
+                st = first_start(prev + 1, end + 1)
+                if st is not None and k > 0:
+                    setup.update(ids[i] for i in range(prev + 1, st))
+                prev = end
     for (s, e), en in zip(stretches, ends):
         prev = s - 1
         for k, end in enumerate(en):
@@ -199,10 +219,17 @@ def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]
                 spans.append((prev + 1, end + 1, True))
             else:
                 st = first_start(prev + 1, end + 1)
-                if st is None:
-                    # no start kernel: a truncated forward at the stretch's start, or (inside a
-                    # stretch) a forward that lacks it; either way not a whole forward
+                if st is None and k == 0:
+                    # no start kernel at the stretch's start: a truncated forward
                     spans.append((prev + 1, end + 1, False))
+                elif st is None:
+                    # inside a stretch, a forward whose start kernel differs (cuBLAS picks
+                    # GEMM kernels by size): it begins after the setup launches
+                    st = prev + 1
+                    while st < end and ids[st] in setup:
+                        st += 1
+                    between += st - prev - 1
+                    spans.append((st, end + 1, True))
                 else:
                     between += st - prev - 1
                     spans.append((st, end + 1, True))
@@ -211,6 +238,9 @@ def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]
             st = first_start(prev + 1, e)
             if st is not None:  # the capture ends inside a forward
                 spans.append((st, e, False))
+    if start_id is not None and starts is not None:  # report an identity, not the class
+        firsts = [s for s, _, ok in spans if ok and ids[s] == start_id]
+        start_id = anchor_ids[firsts[0]] if firsts else None
     return spans, tail, start_id, between
 
 
@@ -219,8 +249,11 @@ def cut_passes(
     ids: Sequence[int],
     gap_ns: int = 5_000_000,
     max_families: int = 16,
+    starts: Sequence[int] | None = None,
 ) -> Passes:
-    """Requests, families and forwards of the kept launches (see the module docstring)."""
+    """Requests, families and forwards of the kept launches (see the module docstring);
+    ``starts``: per launch, the class it is recognised by as a start kernel (kern-mine passes
+    the kernel name's; default: the identity)."""
     n = len(t)
     req = [0] * n
     requests: list[tuple[int, int]] = []
@@ -245,7 +278,7 @@ def cut_passes(
         made = False
         for anchor in _choose_anchor(ids, stretches, tried)[:4]:
             tried.add(anchor)
-            cut = _cut_family(anchor, ids, stretches, req_end, req)
+            cut = _cut_family(anchor, ids, stretches, req_end, req, starts)
             if cut is None:
                 continue
             spans, tail, start_id, between = cut

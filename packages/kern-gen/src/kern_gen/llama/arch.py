@@ -48,7 +48,7 @@ EXTERN_RULES = (Rule("gemm", prefix="nvjet", replay="extra"),
 
 # Kernels whose only consumers the wiring replaces (block masks, repeat_kv copies, flex
 # partial/reduce kernels, cache-position bookkeeping): dropped.
-DROP = ("flex_attention", "clone_expand_unsqueeze", "new_zeros", "_sort_", "sort_sum",
+DROP = ("flex_attention", "clone_expand_unsqueeze", "clone_expand_transpose_unsqueeze", "new_zeros", "_sort_", "sort_sum",
         "RangeFactories", "fused_add_arange_1", "add_arange_constant_pad", "add_copy_",
         "to_copy_unsqueeze", "bmm_expand_unsqueeze", "index_put", "slice_sum_transpose")
 
@@ -68,15 +68,17 @@ LLAMA_RULES = (
 )
 
 # Pointer parameters of the mined q/k kernels, in parameter order, by (role, one-token graph).
-# Names: q/k = the projection output (read), q_io = q read and written in place, out = the
-# roped q, angles = rope angles, norm_w = the q/k RMSNorm weight, var = the per-(token, head)
-# f32 mean of squares, sin = the sin half of the q rope, positions = the i64 positions input,
-# cache = this layer's K cache.
+# Names: q/k/v = the projection output (read), q_io = q read and written in place, out = the
+# roped q (or a sin half), angles = rope angles, norm_w = the q/k RMSNorm weight, var = the
+# per-(token, head) f32 mean of squares, sin = the sin half of the q (k) rope, slots = the
+# capture's per-token cache write index (bound to the i64 positions input), cache / vcache =
+# this layer's K / V cache.  In the dynamic graph Inductor fuses the V write into the k rope
+# + K writer (token-major caches: both stores share the slot arithmetic).
 LLAMA_LAYOUT: Mapping[tuple[str, bool], tuple[str, ...]] = {
     ("q_rope", True): ("q", "angles", "out"),
     ("q_rope", False): ("q", "angles", "out"),
-    ("k_rope_cache", True): ("positions", "k", "angles", "cache"),
-    ("k_rope_cache", False): ("positions", "k", "angles", "cache"),
+    ("k_rope_cache", True): ("slots", "k", "angles", "cache"),
+    ("k_rope_cache", False): ("slots", "k", "angles", "v", "cache", "vcache"),
 }
 
 
@@ -84,12 +86,12 @@ def llama_scalars(cfg: ModelConfig, role: str, decode: bool, which: str = "q") -
     """The scalar literals (after Inductor's layout) each mined Llama q/k kernel carries."""
     return {("q_rope", True): [cfg.q_width], ("q_rope", False): [TOK, mul(TOK, cfg.q_width)],
             ("k_rope_cache", True): [cfg.kv_width],
-            ("k_rope_cache", False): [TOK, cfg.head_dim, TOK, cfg.kv_heads]}[(role, decode)]
+            ("k_rope_cache", False): [TOK, TOK, cfg.kv_width]}[(role, decode)]
 
 
 # Sites per layer of each per-layer role, (one-token graph, dynamic graph).
 LLAMA_LAYER_SITES: Mapping[str, tuple[int, int]] = {
-    "k_rope_cache": (1, 1), "v_cache": (1, 1), "q_rope": (1, 1), "silu": (1, 1)}
+    "k_rope_cache": (1, 1), "v_cache": (1, 0), "q_rope": (1, 1), "silu": (1, 1)}
 
 EMBED = "model.embed_tokens.weight"          # the embedding table (and the tied lm_head)
 INV_FREQ = "model.rotary_emb.inv_freq"       # f32 [head_dim/2], derived by the export plan

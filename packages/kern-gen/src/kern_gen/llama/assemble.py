@@ -1,6 +1,6 @@
 """Ops -> manifest (dict), export plan and the list of cubins to write.
 
-Contracts (docs/caller-contract.md): symbol ``tokens``; state ``kv``; inputs ``token_ids``
+Contracts (docs/caller-contract.md): symbol ``tokens``; per-token KV states; inputs ``token_ids``
 (i64 [tokens]), ``positions`` (i64 [tokens]), ``pos0`` (i32 [1]); outputs ``next_token``
 (i64 [1]), ``logits`` (bf16 [1, vocab]) and ``predictions`` (i64 [tokens]); the programs are
 :data:`.programs.PROGRAMS`, in that order.  Weight buffers are named like the HF tensors,
@@ -12,7 +12,8 @@ Each op becomes one dispatch through ``EMIT[op.kind]``: mined kernels (the captu
 ABI), GEMMs (:data:`GEMM_IMPLS`, today the cuBLASLt extern) and the own kernels
 (:mod:`.own`); every kernel step is built by :func:`step`.
 
-KV state: ``bytes_fixed`` and the attention kernels' strides come from the one
+KV states (one per layer's K and V, ``bytes_per_token`` each), the positions' domain (the
+writers' compiled bound) and the attention kernels' strides come from the one
 :class:`.kv.KVLayout` the wiring binds the cache writers with.
 """
 
@@ -28,7 +29,7 @@ from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
-from .ir import (KV, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op,
+from .ir import (LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
 
@@ -141,6 +142,11 @@ class Assembler:
         self._buf(TOKEN_IDS.buf, "i64", ["tokens"], "input")
         self._buf(POSITIONS.buf, "i64", ["tokens"], "input")
         self._buf(POS0.buf, "i32", [1], "input")
+        # The mined cache writers' compiled bound (0 <= slot < L, asserted by .writers): no
+        # position may reach L whatever the capacity; the runtime checks host writes.
+        bound = {"min": 0, "max": self.kv.max_len - 1}
+        for b in (POSITIONS.buf, POS0.buf):
+            self.buffers[b]["domain"] = dict(bound)
         self._buf(NEXT_TOKEN.buf, "i64", [1], "output")
         self._buf(LOGITS.buf, "bf16", [1, cfg.vocab], "output")
         if any(PREDICTIONS.buf in used_buffers(p.ops) for p in programs):
@@ -159,7 +165,7 @@ class Assembler:
         return {
             "meta": {"version": 2, "model": self.label},
             "symbols": {"tokens": {"max": tokens_max}},
-            "states": {KV: {"bytes_fixed": self.kv.total_bytes}},
+            "states": {n: {"bytes_per_token": b} for n, b in self.kv.states().items()},
             "buffers": bufs,
             "kernels": self.kernels,
             "programs": progs,

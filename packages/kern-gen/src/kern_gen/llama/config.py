@@ -29,6 +29,7 @@ class ModelConfig:
     eps: float
     rope_theta: float
     tie_embeddings: bool
+    max_positions: int        # max_position_embeddings: the positions rope is defined for
 
     @property
     def q_width(self) -> int:
@@ -59,7 +60,8 @@ def from_hf(cfg: dict[str, Any], where: str) -> ModelConfig:
         intermediate=int(need("intermediate_size")), layers=int(need("num_hidden_layers")),
         heads=heads, kv_heads=int(need("num_key_value_heads")),
         head_dim=int(cfg.get("head_dim") or hidden // heads), eps=float(need("rms_norm_eps")),
-        rope_theta=float(theta), tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+        rope_theta=float(theta), tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_positions=int(need("max_position_embeddings")))
 
 
 def load(path: Path) -> ModelConfig:

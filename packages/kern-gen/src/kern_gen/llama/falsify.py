@@ -51,8 +51,25 @@ def cache_is(facts: Facts, site: Site, param: int, name: str, where: str) -> Ten
     return t
 
 
+def slots_input(facts: Facts, site: Site, addr: int, where: str) -> None:
+    """The cache writer's index pointer is the forward's own ``slots`` input (the sidecar's
+    ``slots_ptr``: a per-token tensor the capture passes, not derived in the graph), so the
+    writer loads one slot per row."""
+    fwd = facts.sidecar_forward(site.forward)
+    want = fwd.get("slots_ptr") if fwd else None
+    if want is None:
+        fail(where, "the sidecar records no `slots_ptr` for this forward: the capture was not "
+                    "made with the token-major cache (capture/models/hf_capture.py "
+                    "--cache-layout token-major)")
+    if addr != want:
+        also = " (it is the forward's position_ids)" if fwd and addr == fwd.get(
+            "position_ids_ptr") else ""
+        fail(where, f"the cache write index is read at {addr:#x}{also}, not at the forward's "
+                    f"slots input {want:#x}")
+
+
 def cache_layout(t: Tensor, kv: KVLayout, where: str) -> None:
-    """HF StaticCache layout ``[1, kv_heads, max_len, head_dim]`` bf16, contiguous: the
+    """The token-major layout ``[1, max_len, kv_heads, head_dim]`` bf16, contiguous: the
     strides the captured cache writers bake in and the attention kernel is told (:mod:`.kv`)."""
     shape, stride = kv.shape, kv.strides
     if t.shape != shape or t.stride != stride or t.dtype != kv.dtype:

@@ -1,11 +1,15 @@
-"""The KV state's layout: one place for the cache arithmetic.
+"""The KV states' layout: one place for the cache arithmetic.
 
-The captured cache writers bake HF StaticCache's layout in: per layer, K and V are each
-``[1, kv_heads, max_len, head_dim]`` bf16, contiguous (their only scalars are token counts and
-head sizes; the strides are compiled in).  The state ``kv`` is ``bytes_fixed`` = 2 x layers x
-that block: layer ``l``'s K at ``2l x block`` bytes, V at ``(2l + 1) x block``; the own
-attention kernels are told the same strides (slot ``head_dim``, head ``max_len x head_dim``
-elements).  :func:`.falsify.cache_layout` asserts the sidecar's cache tensors have it.
+The capture (``capture/models/token_major_cache.py``) stores each layer's K and V token-major,
+``[1, L, kv_heads, head_dim]`` bf16, contiguous, where ``L`` is the model's own position limit;
+the compiled cache writers store element ``d`` of head ``h`` of the token written to slot
+``s`` at ``d + head_dim*h + kv_heads*head_dim*s``: no ``L`` in any address, only in their
+bounds check ``0 <= s < L``.  So each of K and V of each layer is its own state of
+``bytes_per_token`` = ``kv_heads x head_dim x 2`` bytes (``kv.L<l>.k`` / ``kv.L<l>.v``, offset
+0): the runtime sizes them for the capacity the caller picks, up to ``L``.  The own attention
+kernels are told the same strides (slot ``kv_heads x head_dim``, head ``head_dim`` elements).
+:func:`.falsify.cache_layout` asserts the sidecar's cache tensors have this layout,
+:mod:`.writers` that the captured writers store with these coefficients and bound.
 """
 
 from __future__ import annotations
@@ -13,16 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import ModelConfig
-from .ir import KV, Ref
+from .ir import Ref
 
 ELEM_BYTES = 2          # bf16
+LAYOUT = "token-major"  # the sidecar's cache layout name (``cache.layout``)
 
 
 @dataclass(frozen=True)
 class KVLayout:
     layers: int
     kv_heads: int
-    max_len: int
+    max_len: int        # L: the captured cache length = the writers' compiled bound
     head_dim: int
     dtype: str = "bfloat16"       # the sidecar's (torch) name of the element type
 
@@ -31,39 +36,49 @@ class KVLayout:
         return cls(cfg.layers, cfg.kv_heads, max_len, cfg.head_dim)
 
     @property
-    def block(self) -> int:
-        """Bytes of one layer's K (or V)."""
-        return self.kv_heads * self.max_len * self.head_dim * ELEM_BYTES
+    def bytes_per_token(self) -> int:
+        """Bytes of one token slot of one state (one layer's K or V)."""
+        return self.kv_heads * self.head_dim * ELEM_BYTES
 
     @property
-    def total_bytes(self) -> int:
-        """The state's ``bytes_fixed``: K and V of every layer."""
-        return 2 * self.layers * self.block
+    def total_bytes_per_token(self) -> int:
+        """Bytes of one token over every state (K and V of every layer)."""
+        return 2 * self.layers * self.bytes_per_token
 
     @property
     def slot_stride(self) -> int:
-        """Elements between consecutive positions of one head."""
-        return self.head_dim
+        """Elements between consecutive token slots of one head."""
+        return self.kv_heads * self.head_dim
 
     @property
     def head_stride(self) -> int:
-        """Elements between consecutive heads of one layer's K (or V)."""
-        return self.max_len * self.head_dim
+        """Elements between consecutive heads of one token slot."""
+        return self.head_dim
 
     @property
     def shape(self) -> list[int]:
-        """One layer's K (or V) as HF StaticCache holds it."""
-        return [1, self.kv_heads, self.max_len, self.head_dim]
+        """One layer's K (or V) as the capture's cache holds it."""
+        return [1, self.max_len, self.kv_heads, self.head_dim]
 
     @property
     def strides(self) -> list[int]:
         """Element strides of :attr:`shape` (contiguous)."""
-        return [self.kv_heads * self.head_stride, self.head_stride, self.slot_stride, 1]
+        return [self.max_len * self.slot_stride, self.slot_stride, self.head_stride, 1]
+
+    @staticmethod
+    def state(layer: int, which: str) -> str:
+        """The state name of layer ``layer``'s K (``which`` = ``k``) or V (``v``)."""
+        return f"kv.L{layer}.{which}"
+
+    def states(self) -> dict[str, int]:
+        """Every state, in layer order, K before V: name -> bytes per token."""
+        return {self.state(l, w): self.bytes_per_token
+                for l in range(self.layers) for w in ("k", "v")}
 
     def k(self, layer: int) -> Ref:
-        """Layer ``layer``'s K cache in the state."""
-        return Ref(state=KV, offset=2 * layer * self.block)
+        """Layer ``layer``'s K cache."""
+        return Ref(state=self.state(layer, "k"))
 
     def v(self, layer: int) -> Ref:
-        """Layer ``layer``'s V cache in the state."""
-        return Ref(state=KV, offset=(2 * layer + 1) * self.block)
+        """Layer ``layer``'s V cache."""
+        return Ref(state=self.state(layer, "v"))

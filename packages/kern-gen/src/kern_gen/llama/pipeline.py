@@ -24,11 +24,16 @@ from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
-from .kv import KVLayout
+from .kv import LAYOUT, KVLayout
 from .programs import build
 from .readme import readme
 from .wiring import Inputs
 
+
+
+TOKENS_MAX = 2048
+"""Default ``tokens.max``: the largest prefill chunk (and the rows workspaces are sized for);
+the context is the capacity the caller picks, not this."""
 
 
 @dataclass
@@ -55,22 +60,30 @@ def _build_own(nvcc: str | None) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
 
 
-def _match_sidecar(facts: Facts, group: int) -> list[int]:
+def _match_sidecar(facts: Facts, group: int) -> list[int] | None:
     """Token count of each forward of ``group`` according to the sidecar (the forward whose
     time window holds the middle of the pass: a pass's first launches can precede the
-    sidecar's timestamp by a few microseconds)."""
+    sidecar's timestamp by a few microseconds).  None when no pass of the group lies in a
+    measured forward: the group is the tail of the unmeasured runs that the trimmed capture
+    keeps before each request (the sidecar lists those as ``warmup_requests``)."""
     fwds = [f for r in facts.sidecar["requests"] for f in r["forwards"]]
-    out = []
+    out: list[int | None] = []
     g = facts.group(group)
     for pi in g.forwards:
         p = facts.mined.passes[pi]
         mid = (p.t0_ns + p.t1_ns) // 2
         hit = [f for f in fwds if f["t0_ns"] <= mid <= f["t1_ns"]]
-        if len(hit) != 1:
+        if len(hit) > 1:
             raise WiringError(f"group {group}, pass {pi}: {len(hit)} sidecar forwards contain "
                               f"its mid time; cannot tie it to a forward")
-        out.append(int(hit[0]["tokens"]))
-    return out
+        out.append(int(hit[0]["tokens"]) if hit else None)
+    if all(t is None for t in out):
+        return None
+    if any(t is None for t in out):
+        pi = g.forwards[out.index(None)]
+        raise WiringError(f"group {group}, pass {pi}: no measured sidecar forward contains its "
+                          f"mid time, while other passes of the group are measured forwards")
+    return out  # type: ignore[return-value]
 
 
 def choose_groups(facts: Facts) -> tuple[int, int]:
@@ -80,6 +93,8 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
     decode, prefill, best = None, None, 0
     for g in facts.mined.groups:
         sc = _match_sidecar(facts, g.index)
+        if sc is None:
+            continue
         if all(t == 1 for t in sc):
             decode = g.index if decode is None else decode
             continue
@@ -111,8 +126,18 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if cache.get("kind") != "static":
         raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
                           f"StaticCache")
+    if cache.get("layout") != LAYOUT:
+        raise WiringError(f"sidecar cache layout {cache.get('layout', 'head-major')!r}: the "
+                          f"capture was made with transformers' StaticCache [1, kv_heads, L, "
+                          f"head_dim], whose writers bake the capacity L into every address; "
+                          f"recapture with `capture/models/hf_capture.py --cache-layout "
+                          f"{LAYOUT}` (capture/README.md)")
     max_len = int(cache["max_len"])
-    tmax = tokens_max or max_len
+    if max_len != cfg.max_positions:
+        raise WiringError(f"the captured cache holds {max_len} positions, the model's limit "
+                          f"(max_position_embeddings) is {cfg.max_positions}: capture at the "
+                          f"model's limit so that every capacity up to it is covered")
+    tmax = tokens_max or min(max_len, TOKENS_MAX)
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)

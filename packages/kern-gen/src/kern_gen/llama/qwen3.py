@@ -20,7 +20,7 @@ from .ir import TOK, mul
 # before the Llama roles (the norm-fused q rope names also match Llama's q rope rule).
 RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("qk_var", ("mean_pow_view",), ("rsqrt",)),
-    ("q_rope_sin", ("rsqrt", "sin"), ("cos", "flex_attention")),
+    ("rope_sin", ("rsqrt", "sin"), ("cos", "flex_attention")),
     ("q_rope", ("rsqrt", "cos"), ("index_copy", "flex_attention")),
 )
 
@@ -28,10 +28,11 @@ RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 LAYOUT: Mapping[tuple[str, bool], tuple[str, ...]] = {
     ("q_rope", True): ("out", "q", "norm_w", "angles"),
     ("q_rope", False): ("q_io", "norm_w", "var", "angles", "sin"),
-    ("q_rope_sin", False): ("norm_w", "q", "var", "angles", "out"),
+    ("rope_sin", False): ("norm_w", "x", "var", "angles", "out"),
     ("qk_var", False): ("x", "var"),
-    ("k_rope_cache", True): ("k", "norm_w", "angles", "positions", "cache"),
-    ("k_rope_cache", False): ("norm_w", "k", "var", "angles", "positions", "cache"),
+    ("k_rope_cache", True): ("k", "norm_w", "angles", "slots", "cache"),
+    ("k_rope_cache", False): ("slots", "norm_w", "k", "var", "angles", "sin", "v", "cache",
+                              "vcache"),
 }
 
 
@@ -40,17 +41,17 @@ def scalars(cfg: ModelConfig, role: str, decode: bool, which: str = "q") -> list
     ``which``: the variance kernel's input, ``q`` or ``k``."""
     H, KVH, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     return {("q_rope", True): [H, D], ("q_rope", False): [TOK, mul(TOK, H), D],
-            ("q_rope_sin", False): [TOK, D, mul(TOK, H)],
+            ("rope_sin", False): [TOK, D, mul(TOK, H)] if which == "q" else [TOK, D, TOK, KVH],
             ("qk_var", False): [mul(TOK, H if which == "q" else KVH), D],
             ("k_rope_cache", True): [KVH, D],
-            ("k_rope_cache", False): [TOK, D, TOK, KVH]}[(role, decode)]
+            ("k_rope_cache", False): [TOK, TOK, KVH, D]}[(role, decode)]
 
 
 # Sites per layer, (one-token graph, dynamic graph), in addition to Llama's.
-LAYER_SITES: Mapping[str, tuple[int, int]] = {"q_rope_sin": (0, 1), "qk_var": (0, 2)}
+LAYER_SITES: Mapping[str, tuple[int, int]] = {"rope_sin": (0, 2), "qk_var": (0, 2)}
 
 # The q/k kernels that apply the norm: their cubins carry the epsilon literal.
-EPS_ROLES = frozenset({"q_rope", "q_rope_sin", "k_rope_cache"})
+EPS_ROLES = frozenset({"q_rope", "rope_sin", "k_rope_cache"})
 
 README_DECISIONS = (
     "- **Qwen3 q/k RMSNorm** (per head, before rope), mined: in decode it is fused into "

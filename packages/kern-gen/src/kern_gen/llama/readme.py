@@ -8,7 +8,7 @@ from __future__ import annotations
 from .arch import Arch
 from .config import ModelConfig
 from .facts import Facts
-from .ir import KV, Program
+from .ir import Program
 from .kv import KVLayout
 
 
@@ -42,10 +42,13 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       f"group {dg} ({len(g_dec.forwards)} one-token forwards, all grids constant), prefill "
       f"from group {pg} (forwards of {g_pre.tokens} tokens, grids and scalars fitted as "
       f"expressions of `tokens`)")
-    w(f"- KV state `{KV}`: `bytes_fixed` {kv.total_bytes} = 2 x {kv.layers} "
-      f"layers x [{kv.kv_heads}, {kv.max_len}, {kv.head_dim}] bf16 (HF StaticCache layout, "
-      f"baked into the captured cache writers). **Context limit: {kv.max_len} positions** (the "
-      f"captured cache length); `tokens.max` = {tmax}.\n")
+    w(f"- KV states: {2 * kv.layers} per-token states `kv.L<layer>.k` / `kv.L<layer>.v` of "
+      f"`bytes_per_token` {kv.bytes_per_token} (one token slot = [{kv.kv_heads}, "
+      f"{kv.head_dim}] bf16; {kv.total_bytes_per_token} bytes per token in all), token-major "
+      f"as the capture stored them: the caller picks the capacity at load. **Position "
+      f"limit: {kv.max_len}** (`max_position_embeddings`, the captured cache length and the "
+      f"writers' compiled bound `0 <= slot < {kv.max_len}`; declared as the domain of "
+      f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).\n")
     return L
 
 
@@ -98,8 +101,10 @@ def _decisions(arch: Arch) -> list[str]:
       "per-layer cache-position bookkeeping (`add_copy_`): every reader of their outputs is "
       "replaced. The generator proves it: each buffer a kept kernel reads was written by an "
       "earlier kept or substituted one.")
-    w("- Cache writers read the chunk's start position from the i64 `positions` input "
-      "(positions of a chunk are consecutive, the caller contract's `positions[0] = pos0`).")
+    w("- Cache writers load one write slot per row from the capture's per-token `slots` input "
+      "(asserted: the sidecar's `slots_ptr` of the forward, not `position_ids`), bound here to "
+      "the i64 `positions` input (one sequence: slot = position). In the dynamic graph the V "
+      "write is fused into the k rope + K writer.")
     for para in arch.readme_decisions:
         w(para)
     w("- prefill stops after the last layer's V-cache write (it fills the state only).")
@@ -119,8 +124,13 @@ def _facts(arch: Arch) -> list[str]:
     w = L.append
     w("## Facts asserted before writing\n")
     w("- the model config equals the captured run's (shapes, `rms_norm_eps`, rope theta: "
-      "the mined cubins bake them in); the static cache is `[1, kv_heads, max_len, head_dim]` "
-      "bf16 contiguous for every layer;")
+      "the mined cubins bake them in); the captured cache is token-major `[1, max_len, "
+      "kv_heads, head_dim]` bf16 contiguous for every layer, `max_len` = "
+      "`max_position_embeddings`;")
+    w("- every cache writer is capacity-free (`kern_gen.llama.writers`): its cubin holds the "
+      "int32 bound `max_len`, and in Inductor's code for the captured process each cache "
+      "store is `d + head_dim*h + kv_heads*head_dim*slot` (the slot the only loaded index, "
+      "every other coefficient below the token stride) under `device_assert(slot < max_len)`;")
     w("- kern-mine's token counts per forward equal the sidecar's; decode forwards all have "
       "one token;")
     w("- every GEMM's W pointer, every RMSNorm's weight pointer, the embedding table and "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from . import falsify as F
+from . import writers as W
 from .arch import EMBED, INV_FREQ
 from .facts import Site
 from .ir import POSITIONS, TOK, Op, Ref, mul
@@ -62,18 +63,19 @@ def bind(w: Wiring, s: Site, role: str, layer: int, where: str, labels: dict[str
     for (p, a), nm in zip(flat, names):
         if nm == "angles":
             out[nm] = (p, a, "in", _angles(w, a, where))
-        elif nm == "positions":
+        elif nm == "slots":
+            F.slots_input(w.facts, s, a, where)
             out[nm] = (p, a, "in", POSITIONS)
         elif nm == "norm_w":
             wname = f"model.layers.{layer}.self_attn.{labels['norm_w']}.weight"
             F.weight_is(w.facts, s, (p, 0), wname, where)
             out[nm] = (p, a, "in", Ref(buf=wname))
-        elif nm == "cache":
-            out[nm] = (p, a, "inout", w.kv.k(layer))
+        elif nm in ("cache", "vcache"):
+            out[nm] = (p, a, "inout", w.kv.k(layer) if nm == "cache" else w.kv.v(layer))
         else:
             d = {"out": "out", "q_io": "inout"}.get(nm, "in")
             dt, wd = ("f32", cfg.heads if labels.get("x") == "q" else cfg.kv_heads) \
-                if nm == "var" else ("bf16", cfg.kv_width if nm == "k" or
+                if nm == "var" else ("bf16", cfg.kv_width if nm in ("k", "v") or
                                      labels.get("x") == "k" else cfg.q_width)
             if role == "qk_var" and nm == "var":
                 d = "out"
@@ -244,8 +246,9 @@ def _last_row_reader(w: Wiring, s: Site, where: str) -> Ref:
 
 def wire_norm(w: Wiring, s: Site) -> None:
     """RMSNorm with Inductor's fused residual adds: the weight pointer is the one the wiring
-    names; every other pointer is an activation, the last one the normed output, the others
-    read (and, for the running residual, written) in place."""
+    names; every other pointer is an activation, the last one the normed output; each
+    pointer's direction is Inductor's (``in_ptr`` read, ``out_ptr`` written, ``in_out_ptr``
+    both: a residual sum stored for later layers is written without being read)."""
     k, where = w.enter(s, "norm")
     cfg, names = w.cfg, w.norm_names
     if k >= len(names):
@@ -260,11 +263,15 @@ def wire_norm(w: Wiring, s: Site) -> None:
     F.eps_literal(w.facts, s, cfg.eps, where)
     lab = _label(wname)
     acts_p = [p for p, _ in flat if p != wp[0]]
+    dirs = dict(zip((p for p, _ in flat), W.directions(w.facts, s, where)))
+    if dirs[wp[0]] != "in" or dirs[acts_p[-1]] != "out":
+        F.fail(where, f"Inductor's signature has the weight as {dirs[wp[0]]} and the normed "
+                      f"output (last pointer) as {dirs[acts_p[-1]]}")
     ptrs = {wp[0]: ("in", Ref(buf=wname))}
     for p, a in flat:
         if p == wp[0]:
             continue
-        d = "out" if p == acts_p[-1] else "inout"
+        d = dirs[p]
         ptrs[p] = (d, w.acts.get(a, "bf16", cfg.hidden,
                                  f"{lab}.out" if d == "out" else f"{lab}.res"))
         if d == "out" and k == len(names) - 1:
@@ -283,42 +290,56 @@ def wire_qk_var(w: Wiring, s: Site) -> None:
     w.ops.append(_mined(f"L{layer}.{which}_var", s, b))
 
 
-def _q_rope(w: Wiring, s: Site, role: str) -> None:
-    layer, where = w.enter(s, role, per_layer=True)
-    sin = role == "q_rope_sin"
-    b = bind(w, s, role, layer, where, {"q": "q", "q_io": "q", "norm_w": "q_norm",
-                                        "var": "q_var", "sin": "q_sin",
-                                        "out": "q_sin" if sin else "q_rot", "x": "q"})
-    F.same_address(b["q" if "q" in b else "q_io"][1], w.gemm_c.get(f"{layer}.q_proj"),
-                   where, "q rope reads q at the q_proj GEMM output (offset 0)")
-    F.scalars_are(s, w.arch.scalars(w.cfg, role, w.decode), where)
-    if not sin:
-        w.layer_q[layer] = (b["out" if "out" in b else "q_io"][3], s)
-    w.ops.append(_mined(f"L{layer}.{role}", s, b))
-
-
 def wire_q_rope(w: Wiring, s: Site) -> None:
     """Rope on q (Qwen3: with the q norm; prefill: the ``cos`` half, in place): the roped q
     is the layer's attention input."""
-    _q_rope(w, s, "q_rope")
+    layer, where = w.enter(s, "q_rope", per_layer=True)
+    b = bind(w, s, "q_rope", layer, where, {"q": "q", "q_io": "q", "norm_w": "q_norm",
+                                            "var": "q_var", "sin": "q_sin", "out": "q_rot",
+                                            "x": "q"})
+    F.same_address(b["q" if "q" in b else "q_io"][1], w.gemm_c.get(f"{layer}.q_proj"),
+                   where, "q rope reads q at the q_proj GEMM output (offset 0)")
+    F.scalars_are(s, w.arch.scalars(w.cfg, "q_rope", w.decode), where)
+    w.layer_q[layer] = (b["out" if "out" in b else "q_io"][3], s)
+    w.ops.append(_mined(f"L{layer}.q_rope", s, b))
 
 
-def wire_q_rope_sin(w: Wiring, s: Site) -> None:
-    """Qwen3 prefill: the ``sin`` half of the q rope, into a temporary the cos half reads."""
-    _q_rope(w, s, "q_rope_sin")
+def wire_rope_sin(w: Wiring, s: Site) -> None:
+    """Qwen3 prefill: the ``sin`` half of the q rope, then (same kernel name, 3-D grid) of the
+    k rope, each into a temporary its ``cos`` half reads: the 2k-th site of a layer is q's,
+    the (2k+1)-th k's (asserted: it reads the q_proj / k_proj output)."""
+    k, where = w.enter(s, "rope_sin")
+    layer, which = k // 2, "qk"[k % 2]
+    where = s.where(w.program, f"rope_sin ({which}), layer {layer}")
+    b = bind(w, s, "rope_sin", layer, where, {"x": which, "norm_w": f"{which}_norm",
+                                              "var": f"{which}_var", "out": f"{which}_sin"})
+    F.same_address(b["x"][1], w.gemm_c.get(f"{layer}.{which}_proj"), where,
+                   f"the {which} rope's sin half reads {which} at the {which}_proj GEMM output")
+    F.scalars_are(s, w.arch.scalars(w.cfg, "rope_sin", w.decode, which), where)
+    w.ops.append(_mined(f"L{layer}.{which}_rope_sin", s, b))
 
 
 def wire_k_rope_cache(w: Wiring, s: Site) -> None:
-    """Rope on k fused with the K-cache write (Qwen3: with the k norm)."""
+    """Rope on k fused with the K-cache write (Qwen3: with the k norm); in the dynamic graph
+    the V-cache write is fused in too."""
     layer, where = w.enter(s, "k_rope_cache", per_layer=True)
-    b = bind(w, s, "k_rope_cache", layer, where, {"k": "k", "norm_w": "k_norm",
-                                                  "var": "k_var", "x": "k"})
+    b = bind(w, s, "k_rope_cache", layer, where, {"k": "k", "v": "v", "norm_w": "k_norm",
+                                                  "var": "k_var", "sin": "k_sin", "x": "k"})
     F.same_address(b["k"][1], w.gemm_c.get(f"{layer}.k_proj"), where,
                    "k rope reads k at the k_proj GEMM output (offset 0)")
-    t = F.cache_is(w.facts, s, b["cache"][0], f"layers.{layer}.keys", where)
-    F.cache_layout(t, w.kv, where)
+    caches = {"cache": "keys", "vcache": "values"}
+    if "v" in b:
+        F.same_address(b["v"][1], w.gemm_c.get(f"{layer}.v_proj"), where,
+                       "the fused V-cache write reads v at the v_proj GEMM output (offset 0)")
+    for nm, attr in caches.items():
+        if nm in b:
+            t = F.cache_is(w.facts, s, b[nm][0], f"layers.{layer}.{attr}", where)
+            F.cache_layout(t, w.kv, where)
     F.scalars_are(s, w.arch.scalars(w.cfg, "k_rope_cache", w.decode), where)
+    W.check_writer(w.facts, s, w.kv, len([n for n in caches if n in b]), where)
     w.ops.append(_mined(f"L{layer}.k_rope_cache", s, b))
+    if "vcache" in b:
+        w.last_cache_write = len(w.ops)
 
 
 def wire_v_cache(w: Wiring, s: Site) -> None:
@@ -329,9 +350,11 @@ def wire_v_cache(w: Wiring, s: Site) -> None:
     _count(flat, 3, where)
     F.same_address(flat[1][1], w.gemm_c.get(f"{layer}.v_proj"), where,
                    "V-cache write reads v at the v_proj GEMM output (offset 0)")
+    F.slots_input(w.facts, s, flat[0][1], where)
     t = F.cache_is(w.facts, s, flat[2][0], f"layers.{layer}.values", where)
     F.cache_layout(t, w.kv, where)
     F.scalars_are(s, [cfg.kv_width] if w.decode else [mul(TOK, cfg.kv_width)], where)
+    W.check_writer(w.facts, s, w.kv, 1, where)
     vin = w.acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
     w.ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
         flat[0][0]: ("in", POSITIONS), flat[1][0]: ("in", vin),
@@ -363,7 +386,7 @@ HANDLERS: dict[str, Handler] = {
     "attn_transpose": wire_attn_transpose, "embed": wire_embed,
     "rope_angles": wire_rope_angles, "argmax": wire_argmax, "gemm": wire_gemm,
     "norm": wire_norm, "qk_var": wire_qk_var, "q_rope": wire_q_rope,
-    "q_rope_sin": wire_q_rope_sin, "k_rope_cache": wire_k_rope_cache,
+    "rope_sin": wire_rope_sin, "k_rope_cache": wire_k_rope_cache,
     "v_cache": wire_v_cache, "silu": wire_silu,
 }
 """Role (``Arch.role_of``) -> its handler."""
