@@ -1,13 +1,15 @@
 // kern own kernels: split-KV causal GQA attention for few query rows (decode).  See ABI.md.
 //
 // Step 1, kern_attn_decode_partial_bf16_d{64,128}: grid (n_kv_heads, S, tokens), block (128).
-//   Block (hk, s, t) handles query row t (position pos0 + t, kv_len = pos0 + t + 1 visible keys)
-//   for every query head of kv head hk, over keys [s*chunk, min((s+1)*chunk, kv_len)),
-//   chunk = ceil(kv_len / S) decided at run time from pos0 (read from device memory).
-//   It writes the split's running max m (log2 domain), sum l and unnormalised accumulator
-//   to f32 scratch.
+//   Row t is at position pos0 + t and sees kv_len = pos0 + t + 1 keys (pos0 read from device
+//   memory).  The row uses A = active_splits(kv_len, S, s_min) of the S grid slices (the
+//   split count follows the context: at least s_min, one more per kKeysPerSplit keys, at
+//   most S); block (hk, s, t) with s < A handles every query head of kv head hk over keys
+//   [s*chunk, min((s+1)*chunk, kv_len)), chunk = ceil(kv_len / A), and writes the split's
+//   running max m (log2 domain), sum l and unnormalised accumulator to f32 scratch; blocks
+//   with s >= A return at once.
 // Step 2, kern_attn_decode_reduce_bf16_d{64,128}: grid (n_q_heads, tokens), block (D): merges
-//   the S splits and writes out[t, h, :] as bf16.
+//   the A splits of its row (same formula) and writes out[t, h, :] as bf16.
 //
 // Scratch layout (private to the impl, f32):
 //   part_ml [tokens, n_q_heads, S, 2]  (m, l)
@@ -22,6 +24,14 @@ constexpr int kThreads = 128;
 constexpr int kMaxG = 4;     // query heads handled per pass over the keys
 constexpr int kUnroll = 4;   // keys in flight per key group
 constexpr float kLog2e = 1.4426950408889634f;
+// Keys per split at long context: enough blocks to stream the cache near bandwidth (e.g. a
+// 32k context of 8 kv heads gives 64 splits x 8 = 512 blocks of 512 keys).
+constexpr int kKeysPerSplit = 512;
+
+__device__ __forceinline__ int active_splits(int kv_len, int splits, int s_min) {
+    const int want = (kv_len + kKeysPerSplit - 1) / kKeysPerSplit;
+    return max(1, min(splits, max(s_min, want)));
+}
 
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& w, float (&f)[8]) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
@@ -173,7 +183,7 @@ __device__ __forceinline__ void decode_partial(
     int q_row_stride,
     int64_t k_stride_slot, int64_t k_stride_head,
     int64_t v_stride_slot, int64_t v_stride_head,
-    int n_q_heads, int n_kv_heads, float scale)
+    int n_q_heads, int n_kv_heads, float scale, int s_min)
 {
     constexpr int LPK = D / 8;
     constexpr int NG = kThreads / LPK;
@@ -182,10 +192,12 @@ __device__ __forceinline__ void decode_partial(
     __shared__ float sm_acc[NG * kMaxG * D];
 
     const int hk = blockIdx.x;
-    const int split = blockIdx.y, splits = gridDim.y;
+    const int split = blockIdx.y, splits = gridDim.y;   // splits: the scratch row stride
     const int t = blockIdx.z;
     const int kv_len = *pos0_ptr + t + 1;
-    const int chunk = (kv_len + splits - 1) / splits;
+    const int active = active_splits(kv_len, splits, s_min);
+    if (split >= active) return;
+    const int chunk = (kv_len + active - 1) / active;
     const int k_begin = min(split * chunk, kv_len);
     const int k_end = min(k_begin + chunk, kv_len);
     const int group = n_q_heads / n_kv_heads;
@@ -233,15 +245,17 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <int D>
 __device__ __forceinline__ void decode_reduce(
     const float* __restrict__ part_ml, const float* __restrict__ part_acc,
-    __nv_bfloat16* __restrict__ out, int n_q_heads, int splits)
+    const int* __restrict__ pos0_ptr, __nv_bfloat16* __restrict__ out, int n_q_heads,
+    int grid_splits, int s_min)
 {
     constexpr int kWarps = D / 32;
     __shared__ float sw[kMaxSplits];
     __shared__ float red[kWarps];
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     const int lane = d % 32, warp = d / 32;
-    const int64_t row0 = ((int64_t)t * n_q_heads + h) * splits;
-    if (splits > kMaxSplits) __trap();   // ABI.md: S <= 256
+    const int64_t row0 = ((int64_t)t * n_q_heads + h) * grid_splits;
+    if (grid_splits > kMaxSplits) __trap();   // ABI.md: S <= 256
+    const int splits = active_splits(*pos0_ptr + t + 1, grid_splits, s_min);
 
     float m = -CUDART_INF_F;
     for (int s = d; s < splits; s += D) m = fmaxf(m, part_ml[(row0 + s) * 2]);
@@ -289,18 +303,19 @@ kern_attn_decode_partial_bf16_d##D(                                             
     const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ pos0,              \
     float* __restrict__ part_ml, float* __restrict__ part_acc, int q_row_stride,          \
     int64_t k_stride_slot, int64_t k_stride_head, int64_t v_stride_slot,                  \
-    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale)                    \
+    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale, int s_min)         \
 {                                                                                         \
     decode_partial<D>(q, k_cache, v_cache, pos0, part_ml, part_acc, q_row_stride,         \
                       k_stride_slot, k_stride_head, v_stride_slot, v_stride_head,         \
-                      n_q_heads, n_kv_heads, scale);                                      \
+                      n_q_heads, n_kv_heads, scale, s_min);                               \
 }                                                                                         \
 extern "C" __global__ void __launch_bounds__(D)                                          \
 kern_attn_decode_reduce_bf16_d##D(                                                        \
     const float* __restrict__ part_ml, const float* __restrict__ part_acc,                \
-    __nv_bfloat16* __restrict__ out, int n_q_heads, int splits)                           \
+    const int* __restrict__ pos0, __nv_bfloat16* __restrict__ out, int n_q_heads,         \
+    int splits, int s_min)                                                                \
 {                                                                                         \
-    decode_reduce<D>(part_ml, part_acc, out, n_q_heads, splits);                          \
+    decode_reduce<D>(part_ml, part_acc, pos0, out, n_q_heads, splits, s_min);             \
 }
 
 KERN_DECODE_SYMBOLS(64)

@@ -71,8 +71,11 @@ class Kernels:
         f2((rows, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
 
     def attn_decode(self, q, q_row_stride, k, v, pos0, part_ml, part_acc, out,
-                    n_q, n_kv, splits, scale, tokens):
-        """k, v: views [slots, n_kv, D] with unit last stride (any other strides)."""
+                    n_q, n_kv, splits, scale, tokens, s_min=None):
+        """k, v: views [slots, n_kv, D] with unit last stride (any other strides); ``splits``:
+        the grid's (most) splits, ``s_min``: the fewest a row uses (default: ``splits``, a
+        fixed split count at every context)."""
+        s_min = splits if s_min is None else s_min
         d = k.shape[-1]
         f1 = self.fn("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{d}")
         f2 = self.fn("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{d}")
@@ -80,9 +83,10 @@ class Kernels:
            (ptr(q), ptr(k), ptr(v), ptr(pos0), ptr(part_ml), ptr(part_acc),
             np.int32(q_row_stride), np.int64(k.stride(0)), np.int64(k.stride(1)),
             np.int64(v.stride(0)), np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv),
-            np.float32(scale)))
+            np.float32(scale), np.int32(s_min)))
         f2((n_q, tokens, 1), (d, 1, 1),
-           (ptr(part_ml), ptr(part_acc), ptr(out), np.int32(n_q), np.int32(splits)))
+           (ptr(part_ml), ptr(part_acc), ptr(pos0), ptr(out), np.int32(n_q), np.int32(splits),
+            np.int32(s_min)))
 
     def attn_prefill(self, q, q_row_stride, k, v, pos0, out, n_q, n_kv, tokens, scale):
         d = k.shape[-1]

@@ -197,6 +197,38 @@ def test_attn_decode(env, cfg, layout, tokens, pos0, splits, scale_mul):
                     f"scale={scale_mul}/sqrt(d)", out, ref)
 
 
+# The split count following the context (grid S, at least s_min): rows of short contexts use
+# s_min splits, long ones up to S; verify-like multi-row calls straddle the switch.
+ADAPTIVE_CASES = [
+    # cfg, layout, tokens, pos0, S, s_min
+    ("32q8kv_d128", "slot_major_padded", 1, 1023, 64, 16),
+    ("32q8kv_d128", "slot_major_padded", 1, 2998, 64, 16),
+    ("32q8kv_d128", "slot_major_padded", 1, 30000, 64, 16),
+    ("32q8kv_d128", "slot_major_padded", 8, 8188, 64, 16),
+    ("9q3kv_d64", "slot_major_padded", 1, 20000, 128, 32),
+    ("9q3kv_d64", "interleaved", 5, 16382, 128, 32),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg,layout,tokens,pos0,splits,s_min", ADAPTIVE_CASES)
+def test_attn_decode_adaptive_splits(env, cfg, layout, tokens, pos0, splits, s_min):
+    torch, _own_kernels_gpu, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed=pos0 + tokens)
+    scale = 1.0 / math.sqrt(d)
+    nan = float("nan")
+    part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
+    part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
+    out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
+    k.attn_decode(q, q_stride, kc, vc, pos, part_ml, part_acc, out, n_q, n_kv, splits, scale,
+                  tokens, s_min=s_min)
+    torch.cuda.synchronize()
+    ref = _own_kernels_gpu.ref_attention(torch, q, kc, vc, pos0, scale, n_q, n_kv)
+    _compare(torch, f"decode {cfg} {layout} T={tokens} pos0={pos0} S={splits} s_min={s_min}",
+             out, ref)
+
+
 PREFILL_CASES = [
     # cfg, layout, tokens, pos0, scale_mul
     ("32q8kv_d128", "slot_major_padded", 1, 0, 1.0),

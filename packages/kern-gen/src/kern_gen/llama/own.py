@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from .assemble import Assembler
 
 ARGMAX_PARTS = 64
+SPLIT_GROWTH = 4
+"""The decode attention's grid holds ``SPLIT_GROWTH x decode_splits`` splits; a row uses more
+than the minimum from ``512 x decode_splits`` keys on (kernels/ABI.md 3a)."""
 
 
 def embedding(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -74,7 +77,8 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
 def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     cfg = asm.cfg
     D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
-    S = decode_splits(KVH)
+    s_min = decode_splits(KVH)
+    S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
     r = "tokens" if rows == TOK else rows
     scale = {"f32": 1.0 / math.sqrt(D)}
     iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
@@ -85,19 +89,20 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
             asm.own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
                          params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
                                  "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64",
-                                 "i64", "i64", "i32", "i32", "f32"],
+                                 "i64", "i64", "i32", "i32", "f32", "i32"],
                          block=[128, 1, 1], grid=[KVH, S, rows],
                          args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
                                {"scratch": "part_ml"}, {"scratch": "part_acc"},
                                {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
-                               scale]),
+                               scale, {"i32": s_min}]),
             asm.own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
-                         params=["in buffer<f32>", "in buffer<f32>", "out buffer<bf16>", "i32",
-                                 "i32"],
+                         params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
+                                 "out buffer<bf16>", "i32", "i32", "i32"],
                          block=[D, 1, 1], grid=[H, rows, 1],
-                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 4},
-                               {"i32": H}, {"i32": S}])]}}
-    return asm.kernel(f"{program}.attention", body, f"own split-KV decode attention (S = {S})")
+                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
+                               {"arg": 4}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
+    return asm.kernel(f"{program}.attention", body,
+                      f"own split-KV decode attention ({s_min} to {S} splits by context)")
 
 
 def _flash(asm: Assembler, strides: list) -> str:
@@ -142,8 +147,9 @@ def argmax(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
 
 
 def decode_splits(kv_heads: int) -> int:
-    """Key splits S of the own decode attention: the power of two nearest 128 / kv_heads
-    blocks per kv head (grid kv_heads x S, about one block per SM of the H200's 132).
+    """The fewest key splits a row of the own decode attention uses (short contexts): the
+    power of two nearest 128 / kv_heads blocks per kv head (grid kv_heads x S, about one
+    block per SM of the H200's 132).
 
     Measured on the H200 (2026-11-30, packages/kern-gen/kernels/bench.py, median µs per
     call): time grows with S at every context up to 4096 (more blocks and a longer merge)
