@@ -75,11 +75,41 @@ def lines(cases: list[Case], near: float = NEAR) -> list[str]:
     return out
 
 
+def long_text(tok, n: int) -> str:
+    """Passages of the shipped speculation prompt set (HumanEval and ShareGPT, public), in
+    file order, joined until the text encodes to at least ``n`` tokens."""
+    from kern_run.spec.prompts import load_prompt_sets
+    parts: list[str] = []
+    for p in (p for ps in load_prompt_sets().values() for p in ps):
+        parts.append(p.text)
+        if len(tok.encode("\n\n".join(parts))) >= n:
+            return "\n\n".join(parts)
+    raise SystemExit(f"the prompt set has fewer than {n} tokens")
+
+
+def chunk_check(rt, ids: list[int], steps: int, info, limit: int, generate) -> str:
+    """kern's greedy tokens for ``ids`` with prefill chunks of 512, of 1, and eagerly."""
+    runs = {name: generate(rt, ids, steps=steps, chunk=chunk, max_tokens=info.max_tokens,
+                           vocab=info.vocab, capacity=limit, eager=eager,
+                           fixed_context=info.context is not None).tokens
+            for name, chunk, eager in (("chunk512", 512, False), ("chunk1", 1, False),
+                                       ("eager", 512, True))}
+    base = runs["chunk512"]
+    same = {k: first_divergence(v, base) for k, v in runs.items()}
+    ok = all(v == len(base) for v in same.values())
+    return f"{'AGREE' if ok else 'DIFFER'} {same} of {len(base)} tokens"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--near", type=float, default=NEAR)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    ap.add_argument("--long", type=int, default=0,
+                    help="also a plain prompt of at least this many tokens (passages of "
+                         "kern_run/spec/prompts.json joined), and the chunking check on its "
+                         "first 1500 tokens: --chunk 512, --chunk 1 and --eager must agree")
+    ap.add_argument("--only-long", action="store_true", help="skip the five short prompts")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
 
@@ -93,14 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     from kern_run import defaults
     from kern_manifest.contract import check_manifest
     from kern_run.generate import generate
-    from kern_run.chunks import kv_capacity
+    from kern_run import capacity as CAP
     from kern_run.tokenizer import load_tokenizer
 
     b = defaults.bundled_default()
     vm = load(b.manifest)
     info = check_manifest(vm.manifest)
     tok = load_tokenizer(b.tokenizer)
-    limit, load_cap = kv_capacity(None, info.context)
+    cap = CAP.choose(None, info)
+    limit, load_cap = cap.limit, cap.load
+    print(cap.line())
     gdir, gname = str(b.tokenizer.parent), b.tokenizer.name
     hf_tok = AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
     ref = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.bfloat16,
@@ -124,8 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[Case] = []
     with Runtime.load(vm, b.kernels, weights=b.weights, capacity=load_cap,
                       progress=None) as rt:
-        for pi, p in enumerate(PROMPTS):
-            for chat in (False, True):
+        todo = [] if args.only_long else [(pi, p, chat) for pi, p in enumerate(PROMPTS)
+                                          for chat in (False, True)]
+        if args.long:
+            todo.append((len(PROMPTS), long_text(tok, args.long), False))
+            cases_chunks = chunk_check(rt, tok.encode(long_text(tok, 1500))[:1500], args.steps,
+                                       info, limit, generate)
+            print("chunking (1500-token prompt): " + cases_chunks)
+        for pi, p, chat in todo:
+            if True:
                 text = tok.chat_prompt(p) if chat else p
                 ids = tok.encode(text)
                 hf_ids = hf_tok(text)["input_ids"]

@@ -73,7 +73,7 @@ for step in "${STEPS[@]}"; do
       bash packages/kern-gen/device_check.sh
       note check $? ;;
     greedy)
-      timeout 240 python3 packages/kern-run/device_greedy.py --out "$OUT" 2>&1 | tee "$OUT/greedy.log"
+      timeout 240 python3 packages/kern-run/device_greedy.py --out "$OUT" ${GREEDY_ARGS:-} 2>&1 | tee "$OUT/greedy.log"
       note greedy "${PIPESTATUS[0]}" ;;
     *) echo "unknown step $step (cli, tests, bench, profile, check, greedy)"; rc=2 ;;
   esac

@@ -15,7 +15,7 @@ from kern_gen.llama.arch import ARCHS, LLAMA, Rule
 from kern_gen.llama.config import ModelConfig
 from kern_gen.llama.roles import HANDLERS
 
-CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=2, heads=4,
+CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=2, heads=4, max_positions=256,
                   kv_heads=2, head_dim=16, eps=1e-6, rope_theta=1e4, tie_embeddings=True)
 
 
@@ -43,7 +43,7 @@ def test_every_row_names_only_roles_its_rules_yield(name):
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", "norm", "norm"),
     ("triton_poi_fused_cat_cos_mul_sin_3", "q_rope", "q_rope"),
     ("triton_per_fused_cos_mean_mul_pow_rsqrt_sin_5", "q_rope", "q_rope"),
-    ("triton_poi_fused_mul_rsqrt_sin_6", None, "q_rope_sin"),
+    ("triton_poi_fused_mul_rsqrt_sin_6", None, "rope_sin"),
     ("triton_red_fused_mean_pow_view_4", None, "qk_var"),
     ("triton_poi_fused_index_copy_cos_mul_sin_2", "k_rope_cache", "k_rope_cache"),
 ])

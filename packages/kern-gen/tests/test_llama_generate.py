@@ -93,7 +93,9 @@ def test_example_verifies_and_pins_every_cubin(name):
             used.add(s.cubin)
     assert used == {p.name for p in (out / "kernels").iterdir()}
     assert set(m.programs) == {"prefill", "decode", "verify"}
-    assert m.states["kv"].bytes_fixed > 0 and m.states["kv"].bytes_per_token == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert len(m.states) == 2 * cfg["num_hidden_layers"]
+    assert all(st.bytes_per_token > 0 and not st.bytes_fixed for st in m.states.values())
 
 
 def test_cli_writes_the_example(tmp_path):
@@ -184,21 +186,21 @@ def _prefill_group(m: dict) -> dict:
                key=lambda g: len(set(g["tokens"])))
 
 
-def test_refuses_other_stride_literal(mined_json, tmp_path):
-    """The prefill K-rope/cache writer of layer 5 gets head_dim 64 as a literal (only the
-    prefill graph shows it); claim 128."""
+def test_refuses_other_width_literal(mined_json, tmp_path):
+    """The prefill K/V writer of layer 5 gets the kv width 192 (kv_heads x head_dim) as its
+    last literal (the row length of both stores); claim 256."""
     def alter(m):
         g = _prefill_group(m)
         sites = [s for s in g["sites"] if "index_copy" in s["kernel"] and "cos" in s["kernel"]]
         s = sites[5]
-        f = next(f for f in s["fits"] if f["what"] == "param[5]")
-        assert f["expr"] == 64
-        f["expr"], f["text"] = 128, "128"
+        f = next(f for f in s["fits"] if f["what"] == "param[8]")
+        assert f["expr"] == 192
+        f["expr"], f["text"] = 256, "256"
     p = _mutate_mined(mined_json["llama"], tmp_path, alter)
     with pytest.raises(WiringError) as ei:
         _gen("llama", p)
     msg = str(ei.value)
-    assert "prefill" in msg and "index_copy" in msg and "128" in msg and "64" in msg, msg
+    assert "prefill" in msg and "index_copy" in msg and "256" in msg and "192" in msg, msg
 
 
 def test_refuses_q_view_offset(mined_json, tmp_path):
@@ -236,13 +238,18 @@ def test_mined_json_and_direct_mining_agree(mined_json):
 
 @pytest.mark.parametrize("name,splits", [("llama", 32), ("qwen3", 16)])
 def test_decode_attention_splits_follow_the_measured_rule(name, splits):
-    """S = the power of two nearest 128 / kv_heads (3 kv heads -> 32, 8 -> 16: the fastest
-    measured on the H200 up to ctx 4096); the example's decode attention scratch has it."""
-    from kern_gen.llama.own import decode_splits
+    """s_min = the power of two nearest 128 / kv_heads (3 kv heads -> 32, 8 -> 16: the fastest
+    measured on the H200 up to ctx 4096), the grid (and the scratch) SPLIT_GROWTH times that
+    for long contexts; the example's decode attention passes both."""
+    from kern_gen.llama.own import SPLIT_GROWTH, decode_splits
     assert [decode_splits(k) for k in (1, 3, 4, 8, 16)] == [128, 32, 32, 16, 8]
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
-    scratch = m["kernels"]["decode.attention"]["impl"]["scratch"]
-    assert scratch["part_ml"]["shape"][2] == scratch["part_acc"]["shape"][2] == splits
+    impl = m["kernels"]["decode.attention"]["impl"]
+    grid = SPLIT_GROWTH * splits
+    assert impl["scratch"]["part_ml"]["shape"][2] == impl["scratch"]["part_acc"]["shape"][2] == grid
+    partial, reduce = impl["steps"]
+    assert partial["grid"][1] == grid and partial["args"][-1] == {"i32": splits}
+    assert reduce["args"][-2:] == [{"i32": grid}, {"i32": splits}]
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kern_gen.llama.arch import LLAMA_LAYOUT
+
 ROOT = Path(__file__).resolve().parents[3]
 LOG = ROOT / "tests/fixtures/captures/smollm2-135m/inductor/inductor_code.log.xz"
 EXAMPLE = ROOT / "examples/smollm2-135m"
@@ -161,18 +163,18 @@ def graph_of(program: str) -> Graph:
     return hits[0]
 
 
-def token_symbol(g: Graph) -> str | None:
+def token_symbols(g: Graph) -> set[str]:
+    """The graph's size symbols: the token count of input_ids / position_ids and the length
+    of the capture's ``slots`` input (the token-major cache's write index), equal in every
+    forward of the capture."""
     syms = {s for calls in g.runs.values() for args in calls for a in args
             for s in re.findall(r"\bs\d+\b", a)}
-    assert len(syms) <= 1, f"graph {g.gid}: several size symbols {syms}"
-    return next(iter(syms), None)
+    assert len(syms) <= 2, f"graph {g.gid}: size symbols {syms}"
+    return syms
 
 
 def run_value(g: Graph, arg: str, tokens: int) -> int:
-    env = {"math": math}
-    s = token_symbol(g)
-    if s:
-        env[s] = tokens
+    env = {"math": math, **dict.fromkeys(token_symbols(g), tokens)}
     expr = g.assigns.get(arg, arg)
     return int(eval(expr, env))                                   # noqa: S307 (test evidence)
 
@@ -184,8 +186,8 @@ PROGRAMS = {"prefill": (7, 34, 85), "decode": (1,)}
 
 def test_programs_map_to_distinct_graphs():
     assert graph_of("prefill").gid != graph_of("decode").gid
-    assert token_symbol(graph_of("prefill")) is not None       # the dynamic (prefill) graph
-    assert token_symbol(graph_of("decode")) is None            # static, one token
+    assert token_symbols(graph_of("prefill"))                  # the dynamic (prefill) graph
+    assert not token_symbols(graph_of("decode"))               # static, one token
 
 
 @pytest.mark.parametrize("program", list(PROGRAMS))
@@ -314,7 +316,7 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     cfg = json.loads((EXAMPLE / "config.json").read_text())
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg["hidden_size"] // H
-    T, half, max_len = tokens, D // 2, 1024
+    T, half = tokens, D // 2
     rng = np.random.default_rng(tokens)
     pos = pos0 + np.arange(T)
     theta = cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]
@@ -352,32 +354,45 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     got = q_rot[t_ * qrs + h_ * D + d_].transpose(1, 0, 2)
     np.testing.assert_allclose(got, q_ref, rtol=1e-12, atol=1e-12)
 
-    # --- K: k rope fused with the cache write; V: cache write ---
+    # --- K: k rope fused with the cache write; V: its own writer (decode) or fused into the
+    # K writer (prefill); every row t is stored at the slot the kernel loads from `slots[t]`
     kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(7, 11)) if program == "decode" \
         else (ast["args"][i]["i64"] for i in range(6, 10))
-    for role, x, is_k in (("k_rope_cache", k, True), ("v_cache", v, False)):
-        tk, st, disp = _by_role(program, role)
+    tk, st, disp = _by_role(program, "k_rope_cache")
+    names = dict(zip(LLAMA_LAYOUT[("k_rope_cache", program == "decode")],
+                     (n for n, t in tk.sig if t.startswith("*"))))
+    writes = [(tk, disp, names["k"], names["cache"], names["slots"], k, True)]
+    if "vcache" in names:
+        writes.append((tk, disp, names["v"], names["vcache"], names["slots"], v, False))
+    else:
+        vtk, _, vdisp = _by_role(program, "v_cache")
+        vp = [n for n, t in vtk.sig if t.startswith("*")]
+        writes.append((vtk, vdisp, vp[1], vp[2], vp[0], v, False))
+    for tk, disp, src, cache_ptr, slot_ptr, x, is_k in writes:
+        role = "K" if is_k else "V"
         env = _grid_env(tk, graph_of(program), T)
-        ptrs = [(n, t) for n, t in tk.sig if t.startswith("*")]
-        pos_ptr, src, cache_ptr = ptrs[0][0], ptrs[1][0], ptrs[-1][0]
-        assert ptrs[0][1] == "*i64" and disp["args"][0] == {"buf": "positions"}
-        cache_arg = disp["args"][[n for n, _ in tk.sig].index(cache_ptr)]
+        pnames = [n for n, _ in tk.sig]
+        assert dict(tk.sig)[slot_ptr] == "*i64"
+        assert disp["args"][pnames.index(slot_ptr)] == {"buf": "positions"}
+        cache_arg = disp["args"][pnames.index(cache_ptr)]
         assert cache_arg == adisp["args"][1 if is_k else 2], f"{program} {role}: cache base"
-        assert _ev(_access(tk, "load", pos_ptr), env).ravel().tolist() == [0]   # positions[0]
         in_idx = _ev(_access(tk, "load", src), env)
         t_of = in_idx // (KV * D)
+        row = np.broadcast_to(_ev(_access(tk, "load", slot_ptr), env), in_idx.shape)
+        assert (row == t_of).all(), f"{program} {role}: row t loads slots[t]"
         store = _access(tk, "store", cache_ptr)
         tmps = _tmp_names(store)
-        assert len(tmps) == 1, store              # the slot: cache_position = pos0 + token
-        slot_idx = np.broadcast_to(_ev(store, env, **{tmps[0]: pos0 + t_of}), in_idx.shape)
+        assert len(tmps) == 1, store              # the slot loaded for the row
+        slot_idx = np.broadcast_to(_ev(store, env, **{tmps[0]: pos[row]}), in_idx.shape)
         if is_k:
+            ptrs = [(n, t) for n, t in tk.sig if t.startswith("*")]
             ang_ptr = next(n for n, t in ptrs if t == "*fp32")
             val = _rope_kernel(tk, env, x, angles, src, ang_ptr, in_idx, D)
             ref = _ref_rope(x.reshape(T, KV, D).transpose(1, 0, 2), pos, inv)
         else:
             val = x[in_idx]
             ref = x.reshape(T, KV, D).transpose(1, 0, 2)
-        cache = np.full(KV * max_len * D, np.nan)
+        cache = np.full((int(pos.max()) + 1) * KV * D, np.nan)
         cache[slot_idx.ravel()] = np.broadcast_to(val, in_idx.shape).ravel()
         s_, h_, d_ = np.meshgrid(pos, np.arange(KV), np.arange(D), indexing="ij")
         got = cache[s_ * (kst if is_k else vst) + h_ * (kh if is_k else vh) + d_]

@@ -1,5 +1,6 @@
-"""The KV layout (``kern_gen.llama.kv.KVLayout``): per-layer K/V offsets, strides and total
-bytes, and that both examples' state and attention strides are the ones it gives."""
+"""The KV layout (``kern_gen.llama.kv.KVLayout``): per-layer K/V states, strides and bytes per
+token, and that both examples' states, position domains and attention strides are the ones it
+gives."""
 
 from __future__ import annotations
 
@@ -10,21 +11,21 @@ import pytest
 
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.config import load
-from kern_gen.llama.ir import KV, Ref
+from kern_gen.llama.ir import Ref
 from kern_gen.llama.kv import KVLayout
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_offsets_strides_and_total():
+def test_states_strides_and_bytes_per_token():
     kv = KVLayout(layers=3, kv_heads=2, max_len=8, head_dim=4)
-    assert kv.block == 2 * 8 * 4 * 2 and kv.total_bytes == 6 * kv.block
-    assert [kv.k(i) for i in range(3)] == [Ref(state=KV, offset=2 * i * kv.block)
-                                           for i in range(3)]
-    assert kv.v(2) == Ref(state=KV, offset=5 * kv.block)
-    assert kv.v(2).offset + kv.block == kv.total_bytes
-    assert kv.shape == [1, 2, 8, 4] and kv.strides == [64, 32, 4, 1]
-    assert (kv.slot_stride, kv.head_stride) == (4, 32)
+    assert kv.bytes_per_token == 2 * 4 * 2 and kv.total_bytes_per_token == 6 * kv.bytes_per_token
+    assert list(kv.states()) == ["kv.L0.k", "kv.L0.v", "kv.L1.k", "kv.L1.v", "kv.L2.k",
+                                 "kv.L2.v"]
+    assert set(kv.states().values()) == {kv.bytes_per_token}
+    assert kv.k(2) == Ref(state="kv.L2.k") and kv.v(0) == Ref(state="kv.L0.v")
+    assert kv.shape == [1, 8, 2, 4] and kv.strides == [64, 8, 4, 1]
+    assert (kv.slot_stride, kv.head_stride) == (8, 4)
 
 
 @pytest.mark.parametrize("name", [p for p in PRESETS
@@ -32,11 +33,14 @@ def test_offsets_strides_and_total():
 def test_examples_use_the_layout(name):
     out = ROOT / PRESETS[name][2]
     m = json.loads((out / "manifest.json").read_text())
-    kv = KVLayout.of(load(out / "config.json"), json.loads(
-        (ROOT / PRESETS[name][0] / "provider-sidecar.json").read_text())["cache"]["max_len"])
-    assert m["states"][KV]["bytes_fixed"] == kv.total_bytes
+    cfg = load(out / "config.json")
+    sidecar = json.loads((ROOT / PRESETS[name][0] / "provider-sidecar.json").read_text())
+    kv = KVLayout.of(cfg, sidecar["cache"]["max_len"])
+    assert kv.max_len == cfg.max_positions
+    assert m["states"] == {n: {"bytes_per_token": b} for n, b in kv.states().items()}
+    for b in ("positions", "pos0"):
+        assert m["buffers"][b]["domain"] == {"min": 0, "max": kv.max_len - 1}
     step = m["kernels"]["prefill.attention"]["impl"]["steps"][0]
     assert step["args"][6:10] == [{"i64": kv.slot_stride}, {"i64": kv.head_stride}] * 2
     attn = next(d for d in m["programs"]["decode"]["dispatches"] if d["label"] == "L1.attn")
-    assert attn["args"][1:3] == [{"state": KV, "offset": kv.k(1).offset},
-                                 {"state": KV, "offset": kv.v(1).offset}]
+    assert attn["args"][1:3] == [{"state": "kv.L1.k"}, {"state": "kv.L1.v"}]

@@ -18,7 +18,7 @@ from kern_gen.llama.kv import KVLayout
 from kern_gen.llama.programs import PROGRAMS
 
 ROOT = Path(__file__).resolve().parents[3]
-CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=1, heads=4,
+CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=1, heads=4, max_positions=256,
                   kv_heads=2, head_dim=16, eps=1e-6, rope_theta=1e4, tie_embeddings=True)
 
 

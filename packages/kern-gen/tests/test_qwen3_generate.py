@@ -83,9 +83,10 @@ def test_qwen3_wiring_binds_the_q_k_norm_weights():
             assert f"model.layers.{layer}.self_attn.q_norm.weight" in repr(q.args)
             assert f"model.layers.{layer}.self_attn.k_norm.weight" in repr(k.args)
     labels = [x.label for x in m.programs["prefill"].dispatches]
+    # the token-major capture fuses the V write into the k rope's cos half + K writer
     assert labels[:12] == ["embed", "L0.input_layernorm", "L0.self_attn.q_proj", "L0.q_var",
                            "rope angles", "L0.q_rope_sin", "L0.self_attn.k_proj", "L0.k_var",
-                           "L0.k_rope_cache", "L0.self_attn.v_proj", "L0.v_cache",
+                           "L0.k_rope_sin", "L0.self_attn.v_proj", "L0.k_rope_cache",
                            "L0.q_rope"]
     assert not any("splitK" in repr(k) for k in m.kernels.values())
 
@@ -127,7 +128,7 @@ def test_refuses_moved_q_norm_weight(mined, tmp_path):
     sc = _sidecar()
     w = next(t for t in sc["weights"] if t["name"] == "model.layers.5.self_attn.q_norm.weight")
     w["data_ptr"] += 256
-    msg = _refuses(mined, "model.layers.5.self_attn.q_norm.weight", "site", "q_rope",
+    msg = _refuses(mined, "model.layers.5.self_attn.q_norm.weight", "site", "rope_sin (q)",
                    sidecar=_write(tmp_path, sc, "sidecar.json"))
     assert "prefill" in msg, msg
 
@@ -136,7 +137,7 @@ def test_refuses_moved_k_norm_weight(mined, tmp_path):
     sc = _sidecar()
     w = next(t for t in sc["weights"] if t["name"] == "model.layers.9.self_attn.k_norm.weight")
     w["data_ptr"] += 256
-    _refuses(mined, "model.layers.9.self_attn.k_norm.weight", "k_rope_cache", "index_copy",
+    _refuses(mined, "model.layers.9.self_attn.k_norm.weight", "rope_sin (k)", "sin",
              sidecar=_write(tmp_path, sc, "sidecar.json"))
 
 

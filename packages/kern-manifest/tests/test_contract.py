@@ -19,10 +19,12 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 def test_examples_meet_the_contract(example, vocab):
     vm = load(EXAMPLES / example / "manifest.json")          # verified first
     info = check_manifest(vm.manifest)
-    assert (info.max_tokens, info.vocab, info.kv_bytes_per_token) == (1024, vocab, 0)
-    assert info.kv_bytes_fixed == vm.manifest.states[STATE].bytes_fixed > 0
-    assert info.context == 1024                             # a fixed state: tokens.max
     m = vm.manifest
+    assert (info.max_tokens, info.vocab) == (2048, vocab)
+    # per-token states (one per layer's K and V): the caller picks the capacity
+    assert info.kv_bytes_per_token == sum(st.bytes_per_token for st in m.states.values()) > 0
+    assert info.kv_bytes_fixed == 0 and info.context is None
+    assert info.position_limit == m.buffers["positions"].domain.max + 1
     for name, (dtype, shape) in (INPUTS | OUTPUTS).items():
         assert (m.buffers[name].dtype, list(m.buffers[name].shape)) == (dtype, shape), name
     assert {PREFILL, DECODE} <= set(m.programs) and set(m.symbols) == {SYMBOL}

@@ -55,25 +55,26 @@ def test_the_default_is_the_generated_example(monkeypatch):
                             EXAMPLE / "export-plan.json")
 
 
-def test_contract_and_fixed_context():
+def test_contract_and_per_token_states():
     _, info = runner.read_contract(EXAMPLE / "manifest.json")
-    assert info.vocab == 49152
-    assert info.kv_bytes_per_token == 0 and info.kv_bytes_fixed > 0
-    assert info.context == info.max_tokens == 1024
+    assert info.vocab == 49152 and info.max_tokens == 2048
+    assert info.kv_bytes_fixed == 0 and info.context is None
+    assert info.position_limit == 8192
 
 
-def test_context_is_the_captured_cache_length():
-    """For the bundled example the limit is exact, not only safe: the fixed state is
-    2 (K, V) x layers x [kv_heads, tokens.max, head_dim] bf16, so tokens.max is the captured
-    StaticCache length the cache writers bake in (kern-gen llama refuses a tokens.max above
-    it and uses it by default)."""
+def test_states_are_per_token_up_to_the_model_limit():
+    """The bundled example's KV is one per-token state per layer's K and V, [kv_heads,
+    head_dim] bf16 per token (token-major, as the capture stored it), and the positions'
+    domain is the model's own limit (max_position_embeddings: the mined writers' bound)."""
     cfg = json.loads((EXAMPLE / "config.json").read_text())
     doc = json.loads((EXAMPLE / "manifest.json").read_text())
-    tmax = doc["symbols"]["tokens"]["max"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    per_position = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * 2
-    assert doc["states"]["kv"] == {"bytes_fixed": per_position * tmax}
-    assert f"**Context limit: {tmax} positions**" in (EXAMPLE / "README.md").read_text()
+    per_state = cfg["num_key_value_heads"] * head_dim * 2
+    assert doc["states"] == {f"kv.L{l}.{w}": {"bytes_per_token": per_state}
+                             for l in range(cfg["num_hidden_layers"]) for w in "kv"}
+    limit = cfg["max_position_embeddings"]
+    assert doc["buffers"]["positions"]["domain"] == {"min": 0, "max": limit - 1}
+    assert f"**Position limit: {limit}**" in (EXAMPLE / "README.md").read_text()
 
 
 def test_default_cli_without_gpu_is_one_line(no_gpu, gguf):
@@ -85,19 +86,22 @@ def test_default_cli_without_gpu_is_one_line(no_gpu, gguf):
     assert not no_gpu.exists()  # the probe comes before the first-use export
 
 
-def test_prompt_plus_steps_beyond_the_context_is_refused(no_gpu, gguf):
-    code, _, err = invoke("--prompt", PROMPT, "--steps", "1020")
+def test_prompt_plus_steps_beyond_the_position_limit_is_refused(no_gpu, gguf):
+    code, _, err = invoke("--prompt", PROMPT, "--steps", "8188")
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert ("a prompt of 5 tokens plus --steps 1020 needs 1025 positions; this model's context "
-            "is 1024") in err and "at most 1019" in err
-    code, _, err = invoke("--prompt", PROMPT, "--steps", "1019")
+    assert "--capacity 8192 is too small for a prompt of 5 tokens plus --steps 8188" in err
+    code, _, err = invoke("--prompt", PROMPT, "--steps", "8187")
     assert code == 1 and "no usable GPU" in err   # fits: it gets as far as the probe
 
 
-def test_capacity_does_not_apply_to_a_fixed_state(no_gpu, gguf):
-    code, _, err = invoke("--prompt", PROMPT, "--capacity", "4096")
-    assert code == 2 and "--capacity does not apply to this model" in err
-    assert "holds 1024 positions" in err
+def test_capacity_above_the_position_limit_is_refused(no_gpu, gguf):
+    code, _, err = invoke("--prompt", PROMPT, "--capacity", "8193")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--capacity 8193 exceeds this model's position limit 8192" in err
+    code, _, err = invoke("--prompt", PROMPT, "--capacity", "3000", "--steps", "2996")
+    assert code == 2 and "--capacity 3000 is too small" in err and "needs at least 3001" in err
+    code, _, err = invoke("--prompt", PROMPT, "--capacity", "3000")
+    assert code == 1 and "no usable GPU" in err
 
 
 class PreparedFake(FakeRuntime):
@@ -135,7 +139,8 @@ def test_default_run_exports_and_prepares_the_real_example(no_gpu, gguf, monkeyp
     """`kern-run --prompt "The capital of France is" --steps 16` with no model options, the
     GPU replaced by a fake after everything load checks on the CPU: the weights are exported
     from the GGUF with export-plan.json (the derived rope_inv_freq included) and bind every
-    weight buffer; the state is the manifest's fixed 22.5 MiB, no capacity passed."""
+    weight buffer; the states are sized for the model's position limit (no GPU to measure
+    free memory here: the fake runtime path)."""
     made = []
 
     def factory(vm, kernels, **kw):
@@ -150,13 +155,15 @@ def test_default_run_exports_and_prepares_the_real_example(no_gpu, gguf, monkeyp
     assert rt.closed
     (w,) = rt.load_args["weights"]
     assert w.parent == no_gpu / "smollm2-135m" and w.is_file()
-    assert rt.load_args["capacity"] is None and rt.load_args["kernels"] == EXAMPLE / "kernels"
+    assert rt.load_args["capacity"] == 8192 and rt.load_args["kernels"] == EXAMPLE / "kernels"
     assert "exporting the default model's weights" in err.getvalue()
     doc = json.loads((EXAMPLE / "manifest.json").read_text())
     weights = {n for n, b in doc["buffers"].items() if b["class"] == "weight"}
     assert "model.rotary_emb.inv_freq" in weights
     assert {b.buffer for b in rt.prep.weights} == weights and rt.prep.unused_tensors == 0
-    assert rt.prep.plan.states["kv"].nbytes == doc["states"]["kv"]["bytes_fixed"]
+    assert all(rt.prep.plan.states[n].nbytes == 8192 * st["bytes_per_token"]
+               for n, st in doc["states"].items())
+    assert "KV capacity 8192 tokens (0.19 GB of KV; the model's position limit)" in err.getvalue()
     # prompt of 5: prefill 4 tokens (one graph chunk), decode at 4, 5, 6 (EOS after 2 tokens)
     # and at 7: queued before the EOS was read back (the pipelined loop)
     assert [r[1:3] for r in rt.runs()] == [("prefill", {"tokens": 4})] + \

@@ -156,6 +156,21 @@ def _choose_anchor(ids: Sequence[int], stretches: list[tuple[int, int]], exclude
     return sorted(good, key=lambda k: (-cover[k], first_seen[k]))
 
 
+def _setup_ids(ids: Sequence[int], stretches: list[tuple[int, int]], ends: list[list[int]],
+               first_start) -> set[int]:
+    """Identities seen between a forward's end and the next start kernel (setup, resets): a
+    forward inside a stretch that lacks the start kernel begins after such launches."""
+    setup: set[int] = set()
+    for (s, _), en in zip(stretches, ends):
+        prev = s - 1
+        for k, end in enumerate(en):
+            st = first_start(prev + 1, end + 1)
+            if st is not None and k > 0:
+                setup.update(ids[i] for i in range(prev + 1, st))
+            prev = end
+    return setup
+
+
 def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]], req_end: Sequence[int],
                 req: Sequence[int], starts: Sequence[int] | None = None):
     """Forward spans ``(start, end, regular)`` for one anchor, with (tail, start identity, between).
@@ -201,17 +216,7 @@ def _cut_family(anchor: int, ids: Sequence[int], stretches: list[tuple[int, int]
                 return i
         return None
 
-    # Identities seen between a forward's end and the next start kernel (setup, resets):
-    # a forward inside a stretch that lacks the start kernel begins after such launches.
-    setup: set[int] = set()
-    if start_id is not None:
-        for (s, e), en in zip(stretches, ends):
-            prev = s - 1
-            for k, end in enumerate(en):
-                st = first_start(prev + 1, end + 1)
-                if st is not None and k > 0:
-                    setup.update(ids[i] for i in range(prev + 1, st))
-                prev = end
+    setup = _setup_ids(ids, stretches, ends, first_start) if start_id is not None else set()
     for (s, e), en in zip(stretches, ends):
         prev = s - 1
         for k, end in enumerate(en):

@@ -136,7 +136,8 @@ class Outcome:
 def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
         runtime_factory: Callable | None = None) -> Outcome:
     """Everything ``kern-run`` does; streams generated text to ``out``, notes to ``err``."""
-    from .chunks import check_capacity, kv_capacity
+    from . import capacity as CAP
+    from .chunks import check_capacity
     from .tokenizer import load_tokenizer
 
     check_options(o)
@@ -150,26 +151,21 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     ids = tok.encode(text)
     if not ids:
         raise KernRunError("--prompt encodes to no tokens")
-    limit, load_capacity = kv_capacity(o.capacity, info.context)
-    check_capacity(len(ids), o.steps, limit, fixed=info.context is not None)
+    cap = CAP.choose(o.capacity, info)       # the limits; GPU memory is checked below
+    check_capacity(len(ids), o.steps, cap.limit, fixed=info.context is not None)
     verify_max = None
     if o.spec is not None:
         from .spec import check_spec_options, verify_contract
         verify_max = verify_contract(vm.manifest)
         check_spec_options(o.spec_k, o.spec_ngram, info.max_tokens, verify_max)
     if runtime_factory is None:
-        check_artifacts(vm, model, load_capacity)
-        ok, why = probe_gpu()
-        if not ok:
-            raise NoGpuError(f"no usable GPU here ({why}); kern-run needs an NVIDIA GPU with "
-                             f"the CUDA driver")
-        from kern_runtime import Runtime
-        runtime_factory = Runtime.load
+        cap, runtime_factory = _on_the_gpu(vm, model, o, info, cap, len(ids))
+    err.write(cap.line() + "\n")
     if model.default:
         from .defaults import ensure_weights
         model.weights = [ensure_weights(model.manifest, model.plan, model.tokenizer,
                                         log=lambda s: err.write(s + "\n"))]
-    rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=load_capacity,
+    rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=cap.load,
                          device=o.gpu)
     try:
         if o.summary:
@@ -188,7 +184,7 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
             out.write(o.prompt)
             out.flush()
         common = dict(steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
-                      eos=tok.eos_ids, eager=o.eager, capacity=limit,
+                      eos=tok.eos_ids, eager=o.eager, capacity=cap.limit,
                       fixed_context=info.context is not None, vocab=info.vocab, on_token=emit)
         res, report = _generate(rt, ids, o, verify_max, common)
         tail = stream.flush()
@@ -214,18 +210,36 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     return Outcome(res, "".join(pieces), stats)
 
 
-def check_artifacts(vm, model: Model, capacity: int | None) -> None:
+def _on_the_gpu(vm, model: Model, o: RunOptions, info, cap, n_prompt: int):
+    """The files checked, then the GPU probed and the capacity fitted to its free memory:
+    (the capacity, ``Runtime.load``)."""
+    from . import capacity as CAP
+    from .chunks import check_capacity
+    arena = check_artifacts(vm, model, cap.load)
+    ok, why = probe_gpu()
+    if not ok:
+        raise NoGpuError(f"no usable GPU here ({why}); kern-run needs an NVIDIA GPU with "
+                         f"the CUDA driver")
+    from kern_runtime import Runtime, gpu_memory
+    free, _ = gpu_memory(o.gpu)
+    cap = CAP.choose(o.capacity, info, base_bytes=arena - cap.kv_bytes, free_bytes=free)
+    check_capacity(n_prompt, o.steps, cap.limit, fixed=info.context is not None)
+    return cap, Runtime.load
+
+
+def check_artifacts(vm, model: Model, capacity: int | None) -> int:
     """Everything about the files that needs no GPU, before the GPU probe (issue 17, item 6):
     cubins present and matching their sha256 pins and, for explicit weights, the safetensors
     headers against the manifest's weight buffers (symbols resolve only in a loaded module;
-    the
-    bundled default's weights are exported from the GGUF on first use, after the probe)."""
+    the bundled default's weights are exported from the GGUF on first use, after the probe).
+    Returns the arena's bytes at ``capacity`` (weights, workspaces, states)."""
+    from kern_runtime.memory_plan import plan_memory
     if model.default:
         from kern_runtime.artifacts import read_cubins
         read_cubins(vm, model.kernels)
-        return
+        return plan_memory(vm, capacity).total
     from kern_runtime import prepare
-    prepare(vm, model.kernels, model.weights, capacity)
+    return prepare(vm, model.kernels, model.weights, capacity).plan.total
 
 
 def _generate(rt, ids: list[int], o: RunOptions, verify_max: int | None, common: dict):

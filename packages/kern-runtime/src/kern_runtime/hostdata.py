@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 from kern_manifest import DTYPE_SIZES, Buffer, shape_at
+from kern_manifest.schema import Domain
+from msgspec import UNSET
 from kern_weights.arrays import STORAGE, from_bf16, to_bf16
 
 from .errors import CallerError
@@ -33,12 +35,15 @@ _ALSO_ACCEPTED: dict[str, tuple[str, ...]] = {
 }
 
 
-def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, int]) -> np.ndarray:
+def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, int],
+              capacity: int | None = None) -> np.ndarray:
     """Check ``array`` against buffer ``name`` and return it as a C-contiguous 1-D byte view.
 
     Refuses (with :class:`CallerError`) a dtype other than the buffer's (no silent casts:
     float64 for an f32 buffer is refused), and more elements than the buffer holds at the
     symbol maxima. If ``array`` has the buffer's rank, every constant dimension must match.
+    Every element must lie in the buffer's ``domain`` (:func:`check_domain`; ``capacity``:
+    the states' token slots).
     """
     if not isinstance(array, np.ndarray):
         raise CallerError(f"write needs a numpy array, got {type(array).__name__}",
@@ -61,4 +66,28 @@ def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, in
         raise CallerError(f"{array.size} elements do not fit: the buffer holds {cap} "
                           f"({buf.dtype}{list(cap_shape)} at the symbol maxima)",
                           where=f"buffer `{name}`")
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if buf.domain is not UNSET and flat.size:
+        check_domain(name, buf.domain, flat, capacity)
+    return flat.view(np.uint8)
+
+
+def check_domain(name: str, dom: Domain, flat: np.ndarray, capacity: int | None) -> None:
+    """Every element within the buffer's declared ``domain``: constant ``min`` / ``max``
+    (inclusive) and, for ``index_into`` a state, ``(value + 1) x unit <= capacity`` token
+    slots (an index into a buffer is checked by the verifier's bounds, not here). Refuses
+    the write before anything is queued, naming the first offending element."""
+    lo = dom.min if isinstance(dom.min, int) else None
+    hi = dom.max if isinstance(dom.max, int) else None
+    if dom.index_into is not UNSET and capacity is not None:
+        lo, hi = 0, capacity // dom.unit - 1
+    for bound, bad in ((lo, flat < lo if lo is not None else None),
+                       (hi, flat > hi if hi is not None else None)):
+        if bad is not None and bad.any():
+            i = int(np.argmax(bad))
+            what = (f"the {capacity} token slots of state `{dom.index_into}`"
+                    if dom.index_into is not UNSET else f"its domain [{lo}, {hi}]")
+            raise CallerError(f"element {i} is {flat[i].item()}, outside {what}",
+                              where=f"buffer `{name}`",
+                              help="positions must lie below the capacity and the model's "
+                                   "position limit")

@@ -253,7 +253,7 @@ class Runtime:
         """Copy ``array`` (the whole buffer or a prefix, dtype per :data:`HOST_DTYPES`) into
         input or carry buffer ``name``, ordered before the next run."""
         b = self._writable(name, f"buffer `{name}`")
-        view = host_view(name, b, array, self.vm.sym_max)
+        view = host_view(name, b, array, self.vm.sym_max, self.plan.capacity)
         st = self._staging.get(name)
         if st is None:
             st = (self._dev.pinned(self.plan.buffers[name].nbytes),
@@ -424,6 +424,12 @@ class Runtime:
             self.close()
         except Exception:
             pass
+
+
+def gpu_memory(device: int = 0) -> tuple[int, int]:
+    """(free, total) bytes of GPU ``device`` now; raises :class:`CudaError` without one."""
+    from .cuda.driver import memory
+    return memory(device)
 
 
 def gpu_available() -> tuple[bool, str]:

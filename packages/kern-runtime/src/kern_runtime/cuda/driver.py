@@ -68,6 +68,17 @@ def probe() -> tuple[bool, str]:
     return True, "ok"
 
 
+def memory(ordinal: int = 0) -> tuple[int, int]:
+    """(free, total) bytes of device ``ordinal`` (``cuMemGetInfo`` in its primary context,
+    retained for the call only)."""
+    ctx = Context(ordinal)
+    try:
+        free, total = call("cuMemGetInfo")
+        return int(free), int(total)
+    finally:
+        ctx.release()
+
+
 class Context:
     """The device's primary context, made current on the calling thread (the context torch and
     cupy use too, so their pointers and ours are interchangeable)."""
