@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     assert next(ref32.parameters()).dtype == torch.float32
     print(f"fp32 reference loaded ({time.monotonic() - t_start:.1f} s)")
 
-    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)])
+    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)], capacity=4096)
     print(rt.summary())
     tmax = man.symbols["tokens"].max
 

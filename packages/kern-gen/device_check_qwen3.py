@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     del model
     torch.cuda.empty_cache()
 
-    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)])
+    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)], capacity=4096)
     print(rt.summary())
     log("kern loaded")
     rows: list[QRow] = []

@@ -59,6 +59,24 @@ def test_host_view_rules():
     assert HOST_DTYPES["i64"] == np.dtype("<i8")
 
 
+def test_host_view_checks_the_domain():
+    """Inputs with a ``domain`` are checked element by element before anything is queued:
+    inclusive min/max (the examples' position limit), and token slots of a state for
+    ``index_into`` at the runtime's capacity."""
+    from kern_manifest.schema import Buffer, Domain
+    pos = Buffer(dtype="i64", shape=["tokens"], cls="input", domain=Domain(min=0, max=8191))
+    host_view("positions", pos, np.array([0, 8191], np.int64), {"tokens": 4})
+    with pytest.raises(CallerError) as ei:
+        host_view("positions", pos, np.array([5, 8192, 9000], np.int64), {"tokens": 4})
+    assert "element 1 is 8192, outside its domain [0, 8191]" in str(ei.value)
+    with pytest.raises(CallerError, match="element 0 is -1"):
+        host_view("positions", pos, np.array([-1], np.int64), {"tokens": 4})
+    pages = Buffer(dtype="i32", shape=[4], cls="input", domain=Domain(index_into="kv", unit=16))
+    host_view("pages", pages, np.array([0, 3, 1, 2], np.int32), {}, capacity=64)
+    with pytest.raises(CallerError, match="element 1 is 4, outside the 64 token slots of state `kv`"):
+        host_view("pages", pages, np.array([0, 4, 0, 0], np.int32), {}, capacity=64)
+
+
 # --- GEMM mapping ------------------------------------------------------------------------
 
 def _col_major(mem, rows, cols, ld):

@@ -75,6 +75,10 @@ def cache_layout(t: Tensor, kv: KVLayout, where: str) -> None:
     if t.shape != shape or t.stride != stride or t.dtype != kv.dtype:
         fail(where, f"sidecar cache `{t.name}` is {t.dtype}{t.shape} strides {t.stride}; the "
                     f"state layout assumes {kv.dtype}{shape} strides {stride}")
+    if t.nbytes != kv.max_len * kv.bytes_per_token:
+        fail(where, f"sidecar cache `{t.name}` holds {t.nbytes} bytes; {kv.max_len} token "
+                    f"slots of bytes_per_token {kv.bytes_per_token} are "
+                    f"{kv.max_len * kv.bytes_per_token}")
 
 
 def scalars_are(site: Site, expected: list, where: str) -> None:

@@ -90,6 +90,7 @@ def directions(facts: Facts, site: Site, where: str) -> list[str]:
     """``in`` / ``out`` / ``inout`` of each pointer parameter of ``site``, from Inductor's
     parameter names (``in_ptrN``, ``out_ptrN``, ``in_out_ptrN``); every definition of the
     kernel in the log must agree."""
+    _need_log(facts, where)
     found = kernels_of(facts, site)
     if not found:
         _fail(where, f"Inductor's code log ({LOG}) has no kernel `{site.name}` with "
@@ -100,6 +101,13 @@ def directions(facts: Facts, site: Site, where: str) -> list[str]:
         _fail(where, f"Inductor's definitions of `{site.name}` disagree on the pointer "
                      f"directions: {sorted(kinds)}")
     return list(kinds.pop())
+
+
+def _need_log(facts: Facts, where: str) -> None:
+    if not (Path(facts.capture.path) / LOG).is_file():
+        _fail(where, f"the capture has no Inductor code log ({LOG}): the kernels' pointer "
+                     f"directions and the writers' store arithmetic cannot be checked "
+                     f"(capture/device_run.sh writes it)")
 
 
 def _fail(where: str, fact: str) -> None:
@@ -115,9 +123,7 @@ def check_writer(facts: Facts, site: Site, kv: KVLayout, caches: int, where: str
     if struct.pack("<i", kv.max_len) not in data:
         _fail(where, f"the writer's cubin has no int32 literal {kv.max_len} (the cache length "
                      f"L of the sidecar): its compiled bounds check is not 0 <= slot < L")
-    if not (Path(facts.capture.path) / LOG).is_file():
-        _fail(where, f"the capture has no Inductor code log ({LOG}): the writers' store "
-                     f"arithmetic cannot be checked (capture/device_run.sh writes it)")
+    _need_log(facts, where)
     found = kernels_of(facts, site)
     if not found:
         _fail(where, f"Inductor's code log has no kernel `{site.name}` with "
