@@ -169,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     from kern_runtime import Runtime
 
     from kern_manifest.contract import check_manifest
-    from kern_run.chunks import kv_capacity
+    from kern_run.capacity import choose
     result = {}
     for case in args.case or ["smollm2"]:
         vm, kernels, weights, prompts = load_case(case)
         info = check_manifest(vm)
-        _, load_cap = kv_capacity(None, info.context)
+        load_cap = choose(None, info).load
         with Runtime.load(vm, kernels, weights=weights, capacity=load_cap, progress=None) as rt:
             result[case] = check_case(case, rt, info, prompts, args.steps, args.near,
                                       args.sigmas)

@@ -35,13 +35,14 @@ def loaded():
     from kern_runtime import Runtime
 
     from kern_manifest.contract import check_manifest
-    from kern_run.chunks import kv_capacity
+    from kern_run.capacity import choose
     from kern_run.tokenizer import load_tokenizer
     b = defaults.bundled_default()
     vm = load(b.manifest)
     info = check_manifest(vm.manifest)
     tok = load_tokenizer(b.tokenizer)
-    limit, load_cap = kv_capacity(None, info.context)
+    cap = choose(None, info)
+    limit, load_cap = cap.limit, cap.load
     rt = Runtime.load(vm, b.kernels, weights=b.weights, capacity=load_cap, progress=None)
     yield rt, info, tok, limit
     rt.close()

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from kern_run.chunks import (DEFAULT_CAPACITY, Call, check_capacity, clamp_chunk, decode_call,
-                             graph_keys, kv_capacity,
+from kern_run.chunks import (Call, check_capacity, clamp_chunk, decode_call,
+                             graph_keys,
                              plan_prompt)
 from kern_run.errors import KernRunError
 from kern_run.inputs import Inputs, call_inputs
@@ -83,16 +83,6 @@ def test_fixed_context():
         check_capacity(10, 7, 16, fixed=True)
     assert "needs 17 positions; this model's context is 16" in str(ei.value)
     assert "--steps to at most 6" in str(ei.value) and "--capacity" not in str(ei.value)
-
-
-def test_kv_capacity():
-    # per-token state: the caller's capacity (default 4096), given to Runtime.load
-    assert kv_capacity(None, None) == (DEFAULT_CAPACITY, DEFAULT_CAPACITY) == (4096, 4096)
-    assert kv_capacity(100, None) == (100, 100)
-    # fixed state: the manifest's context; Runtime.load takes no capacity
-    assert kv_capacity(None, 1024) == (1024, None)
-    with pytest.raises(KernRunError, match="--capacity does not apply.*holds 1024 positions"):
-        kv_capacity(2048, 1024)
 
 
 def test_call_symbols():

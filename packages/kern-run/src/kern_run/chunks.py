@@ -75,28 +75,6 @@ def graph_keys(calls: list[Call]) -> list[tuple[str, int]]:
     return keys
 
 
-DEFAULT_CAPACITY = 4096
-
-
-def kv_capacity(requested: int | None, context: int | None) -> tuple[int, int | None]:
-    """(positions the prompt plus the generated tokens may take, the ``capacity`` to give
-    ``Runtime.load``).
-
-    A per-token KV state (``context`` None) holds ``requested`` tokens (default
-    :data:`DEFAULT_CAPACITY`), allocated at load. A fixed one (``bytes_fixed``: its size and
-    layout were fixed by the generator) holds ``context`` positions, the manifest's
-    ``tokens.max`` (:attr:`kern_manifest.contract.ContractInfo.context`); the runtime takes no capacity for
-    it, and ``--capacity`` cannot change it, so giving one is an error."""
-    if context is None:
-        cap = DEFAULT_CAPACITY if requested is None else requested
-        return cap, cap
-    if requested is not None:
-        raise KernRunError(f"--capacity does not apply to this model: its KV state is fixed "
-                           f"by the manifest (`bytes_fixed`) and holds {context} positions "
-                           f"(`tokens.max`); leave --capacity out")
-    return context, None
-
-
 def check_capacity(n: int, steps: int, capacity: int, *, fixed: bool = False) -> None:
     """The KV state holds ``capacity`` tokens: the prompt and every generated token.
     ``fixed``: the limit is the manifest's context (a fixed state), not ``--capacity``."""

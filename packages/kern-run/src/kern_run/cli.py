@@ -1,7 +1,7 @@
 """The ``kern-run`` command (Typer): parse, call one function, render.
 
     kern-run [--manifest M --kernels K --weights W --tokenizer T] [--prompt "…"] [--steps N]
-             [--chunk 512] [--capacity 4096 | fixed by the manifest] [--eager] [--chat] [--gpu I]
+             [--chunk 512] [--capacity C] [--eager] [--chat] [--gpu I]
     kern-run bench [--case smollm2 --case qwen3] [--qwen3 DIR] [--no-baseline] [--profile] …
 
 Every error is one clear message (naming the option, file or manifest entry) and a nonzero
@@ -42,7 +42,7 @@ def main_command(
     prompt: Annotated[str, typer.Option(help="prompt text")] = "The capital of France is",
     steps: Annotated[int, typer.Option(help="at most this many generated tokens")] = 64,
     chunk: Annotated[int, typer.Option(help="prefill chunk (clamped to the manifest's tokens.max)")] = 512,
-    capacity: Annotated[Optional[int], typer.Option(help="KV capacity in tokens (≥ prompt + steps; default 4096); not for a manifest whose KV state is fixed (`bytes_fixed`): its context is tokens.max")] = None,
+    capacity: Annotated[Optional[int], typer.Option(help="KV capacity in tokens (≥ prompt + steps, ≤ the model's position limit; default: that limit if it fits in free GPU memory, else the most that fits; printed at start-up); not for a manifest whose KV state is fixed (`bytes_fixed`): its context is tokens.max")] = None,
     eager: Annotated[bool, typer.Option("--eager", help="launch step by step, no CUDA graphs")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
     gpu: Annotated[int, typer.Option(help="CUDA device index")] = 0,

@@ -130,7 +130,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
 
     ``capacity``: positions the KV state holds (prompt + ``steps`` must fit, checked before
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
-    ``--capacity`` (:func:`chunks.kv_capacity`). None checks nothing."""
+    ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]

@@ -29,7 +29,7 @@ class RunOptions:
     prompt: str = DEFAULT_PROMPT
     steps: int = 64
     chunk: int = 512
-    capacity: int | None = None  # None: chunks.DEFAULT_CAPACITY, or the manifest's fixed context
+    capacity: int | None = None  # None: kern_run.capacity.choose's default
     eager: bool = False
     chat: bool = False
     gpu: int = 0

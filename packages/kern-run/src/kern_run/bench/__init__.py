@@ -221,10 +221,11 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
     from kern_manifest.contract import check_manifest
     from kern_runtime import Runtime
 
-    from ..chunks import kv_capacity
+    from ..capacity import choose
 
     info = check_manifest(read(b.manifest))
-    limit, load_cap = kv_capacity(None, info.context)
+    cap = choose(None, info)
+    limit, load_cap = cap.limit, cap.load
     with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
                       device=gpu, progress=None) as rt:
         d = _try(rep, "smollm2", "decode", lambda: kern_decode(
@@ -267,7 +268,7 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
     from kern_manifest.contract import check_manifest
     from kern_runtime import Runtime
 
-    from ..chunks import kv_capacity
+    from ..capacity import choose
     from ..defaults import cache_dir, plan_file
 
     if qwen3_dir is None or not (qwen3_dir / "manifest.json").is_file():
@@ -278,7 +279,8 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
     hf = checkpoint_in_child(base_dir / "hf", QWEN3_4B)
     w = export_weights(manifest, plan, hf, base_dir / "kern-weights.safetensors")
     info = check_manifest(read(manifest))
-    limit, load_cap = kv_capacity(None, info.context)
+    cap = choose(None, info)
+    limit, load_cap = cap.limit, cap.load
     fixed = info.context is not None
     with Runtime.load(manifest, kernels, weights=[w], capacity=load_cap, device=gpu,
                       progress=None) as rt:
