@@ -98,9 +98,10 @@ def _decisions(arch: Arch) -> list[str]:
       "the prefill transpose of the flex output (head-major `[heads, tokens, head_dim]`, in "
       "the q rope output's storage) to token-major for o_proj (asserted: it reads that "
       "storage and o_proj reads what it writes; the own attention writes token-major there), "
-      "per-layer cache-position bookkeeping (`add_copy_`): every reader of their outputs is "
-      "replaced. The generator proves it: each buffer a kept kernel reads was written by an "
-      "earlier kept or substituted one.")
+      "the float conversion of the positions for the captured angle sgemm: every reader of "
+      "their outputs is replaced. The generator proves it: each buffer a kept kernel reads "
+      "was written by an earlier kept or substituted one (pointer directions from Inductor's "
+      "kernel signatures).")
     w("- Cache writers load one write slot per row from the capture's per-token `slots` input "
       "(asserted: the sidecar's `slots_ptr` of the forward, not `position_ids`), bound here to "
       "the i64 `positions` input (one sequence: slot = position). In the dynamic graph the V "

@@ -17,8 +17,8 @@ role, :mod:`.roles`):
   the whole cache) and the final argmax become own kernels;
 - block-mask building, repeat_kv copies, flex partial/reduce kernels, the prefill
   transpose of the flex output (head-major ``[heads, tokens, head_dim]``, stored in the q
-  rope output's storage) to the token-major o_proj input, and the per-layer cache-position
-  bookkeeping (``add_copy_``) are dropped -- their only consumers are replaced.  q after
+  rope output's storage) to the token-major o_proj input, and the positions' float
+  conversion for the angle sgemm are dropped -- their only consumers are replaced.  q after
   rope is token-major ``[tokens, heads*head_dim]`` in both graphs (the own attention reads it
   with row stride ``heads*head_dim`` and writes token-major), the rope angles are
   ``[head_dim/2, tokens]`` (``tests/test_llama_inductor_evidence.py`` checks both against
