@@ -181,19 +181,26 @@ DECODE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg,layout,tokens,pos0,splits,scale_mul", DECODE_CASES)
 def test_attn_decode(env, cfg, layout, tokens, pos0, splits, scale_mul):
+    _decode_case(env, cfg, layout, tokens, pos0, splits, scale_mul, None,
+                 seed=pos0 * 31 + tokens + splits)
+
+
+def _decode_case(env, cfg, layout, tokens, pos0, splits, scale_mul, s_min, seed):
+    """The split-KV decode attention (grid S = ``splits``, at least ``s_min`` per row; None:
+    always S) against the float32 reference on NaN-initialised scratch and output."""
     torch, _own_kernels_gpu, k = env
     n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
-        torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed=pos0 * 31 + tokens + splits)
+        torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed=seed)
     scale = scale_mul / math.sqrt(d)
     nan = float("nan")
     part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
     part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
     out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
     k.attn_decode(q, q_stride, kc, vc, pos, part_ml, part_acc, out, n_q, n_kv, splits, scale,
-                  tokens)
+                  tokens, s_min=s_min)
     torch.cuda.synchronize()
     ref = _own_kernels_gpu.ref_attention(torch, q, kc, vc, pos0, scale, n_q, n_kv)
-    _compare(torch, f"decode {cfg} {layout} T={tokens} pos0={pos0} S={splits} "
+    _compare(torch, f"decode {cfg} {layout} T={tokens} pos0={pos0} S={splits} s_min={s_min} "
                     f"scale={scale_mul}/sqrt(d)", out, ref)
 
 
@@ -213,20 +220,7 @@ ADAPTIVE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg,layout,tokens,pos0,splits,s_min", ADAPTIVE_CASES)
 def test_attn_decode_adaptive_splits(env, cfg, layout, tokens, pos0, splits, s_min):
-    torch, _own_kernels_gpu, k = env
-    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
-        torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed=pos0 + tokens)
-    scale = 1.0 / math.sqrt(d)
-    nan = float("nan")
-    part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
-    part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
-    out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
-    k.attn_decode(q, q_stride, kc, vc, pos, part_ml, part_acc, out, n_q, n_kv, splits, scale,
-                  tokens, s_min=s_min)
-    torch.cuda.synchronize()
-    ref = _own_kernels_gpu.ref_attention(torch, q, kc, vc, pos0, scale, n_q, n_kv)
-    _compare(torch, f"decode {cfg} {layout} T={tokens} pos0={pos0} S={splits} s_min={s_min}",
-             out, ref)
+    _decode_case(env, cfg, layout, tokens, pos0, splits, 1.0, s_min, seed=pos0 + tokens)
 
 
 PREFILL_CASES = [
