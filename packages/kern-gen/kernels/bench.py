@@ -108,7 +108,7 @@ def row(what, ours_us, torch_us, unit, amount):
 def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
-    caches = [_own_kernels_gpu.make_cache(torch, "slot_major_padded", ctx, n_kv, d, ctx, g, dev)
+    caches = [_own_kernels_gpu.make_cache(torch, "token_major", ctx, n_kv, d, ctx, g, dev)
               for _ in range(layers)]
     qkv, q, qs = _own_kernels_gpu.make_q(torch, 1, n_q, n_kv, d, g, dev)
     pos = torch.tensor([ctx - 1], dtype=torch.int32, device=dev)
@@ -116,16 +116,18 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     scale = 1 / math.sqrt(d)
     nbytes = 2 * ctx * n_kv * d * 2
     best = None
-    for S in splits_list:
+    for entry in splits_list:        # S (that many splits), or (S, s_min): the examples' rule
+        S, s_min = entry if isinstance(entry, tuple) else (entry, None)
         pm = torch.empty((1, n_q, S, 2), dtype=torch.float32, device=dev)
         pa = torch.empty((1, n_q, S, d), dtype=torch.float32, device=dev)
         launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], pos, pm, pa, out, n_q, n_kv,
-                                                S, scale, 1)) for c in caches]
+                                                S, scale, 1, s_min=s_min)) for c in caches]
         us = time_cupy(launches)
-        print(f"  decode {n_q}q/{n_kv}kv d{d} ctx {ctx} S={S}: {us:.2f} us "
+        name = f"S={S}" if s_min is None else f"S={S},min={s_min}"
+        print(f"  decode {n_q}q/{n_kv}kv d{d} ctx {ctx} {name}: {us:.2f} us "
               f"{nbytes / us / 1e3:.1f} GB/s", flush=True)
         if best is None or us < best[0]:
-            best = (us, S)
+            best = (us, name)
     # torch: SDPA on contiguous [1, H, ctx, d] K/V (its preferred layout), GQA
     kv = [(torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
            torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
@@ -137,7 +139,7 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     except Exception as exc:
         print(f"  torch SDPA decode failed: {exc!r}")
         tus = None
-    row(f"attn decode {n_q}q/{n_kv}kv d{d} ctx{ctx} (S={best[1]})", best[0], tus, "GB/s", nbytes)
+    row(f"attn decode {n_q}q/{n_kv}kv d{d} ctx{ctx} ({best[1]})", best[0], tus, "GB/s", nbytes)
     del caches, kv
     torch.cuda.empty_cache()
 
@@ -193,6 +195,10 @@ def main() -> int:
         bench_decode(k, 32, 8, 128, ctx, (4, 8, 16, 32, 48))
     for ctx in (128, 512, 1024, 4096):
         bench_decode(k, 9, 3, 64, ctx, (8, 16, 32, 64, 128))
+    # long contexts (issue 13): fixed split counts and the examples' context-following rule
+    for ctx in (8192, 32768):
+        bench_decode(k, 32, 8, 128, ctx, (16, 32, 64, 128, (64, 16)), layers=4)
+        bench_decode(k, 9, 3, 64, ctx, (32, 64, 128, 256, (128, 32)), layers=4)
     for tokens in (512, 2048):
         bench_prefill(k, 32, 8, 128, tokens)
     for tokens in (512, 2048):

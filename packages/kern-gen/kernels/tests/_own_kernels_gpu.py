@@ -112,6 +112,9 @@ def make_cache(torch, layout: str, slots: int, n_kv: int, d: int, valid: int, ge
     elif layout == "head_major":              # [k|v][head][slot][d]
         pool = torch.full((2, n_kv, slots, d), nan, dtype=torch.bfloat16, device=dev)
         k, v = pool[0].transpose(0, 1), pool[1].transpose(0, 1)
+    elif layout == "token_major":             # [k|v][slot][head][d]: the examples' states
+        pool = torch.full((2, slots, n_kv, d), nan, dtype=torch.bfloat16, device=dev)
+        k, v = pool[0], pool[1]
     elif layout == "interleaved":             # [slot][head][k|v][d]
         pool = torch.full((slots, n_kv, 2, d), nan, dtype=torch.bfloat16, device=dev)
         k, v = pool[:, :, 0], pool[:, :, 1]

@@ -210,9 +210,9 @@ ADAPTIVE_CASES = [
     # cfg, layout, tokens, pos0, S, s_min
     ("32q8kv_d128", "slot_major_padded", 1, 1023, 64, 16),
     ("32q8kv_d128", "slot_major_padded", 1, 2998, 64, 16),
-    ("32q8kv_d128", "slot_major_padded", 1, 30000, 64, 16),
+    ("32q8kv_d128", "token_major", 1, 30000, 64, 16),
     ("32q8kv_d128", "slot_major_padded", 8, 8188, 64, 16),
-    ("9q3kv_d64", "slot_major_padded", 1, 20000, 128, 32),
+    ("9q3kv_d64", "token_major", 1, 20000, 128, 32),
     ("9q3kv_d64", "interleaved", 5, 16382, 128, 32),
 ]
 
