@@ -11,7 +11,10 @@ Modules, in pipeline order:
                     dataflow check;
 - :mod:`.arch`      one record per model family (roles, q/k kernel layouts and literals),
                     ``ARCHS``; :mod:`.qwen3` holds Qwen3's differences;
-- :mod:`.kv`        the KV state's layout (per-layer K/V offsets, strides, total bytes);
+- :mod:`.kv`        the KV states' layout (one per-token state per layer's K and V, strides,
+                    bytes per token);
+- :mod:`.writers`   the mined cache writers are capacity-free: bound in the cubin, store
+                    arithmetic and pointer directions from Inductor's code log;
 - :mod:`.wiring`    the hand-written wiring: the walk over the captured call sites;
 - :mod:`.roles`     one handler per role: what a captured site does, per layer; it *asserts*
                     every fact it relies on (:mod:`.falsify`) and yields ops;
