@@ -13,6 +13,7 @@ so a prefix of rows), as long as they fit the buffer at its symbol maxima.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from collections.abc import Mapping
 
 import numpy as np
@@ -72,22 +73,37 @@ def host_view(name: str, buf: Buffer, array: object, max_values: Mapping[str, in
     return flat.view(np.uint8)
 
 
-def check_domain(name: str, dom: Domain, flat: np.ndarray, capacity: int | None) -> None:
-    """Every element within the buffer's declared ``domain``: constant ``min`` / ``max``
-    (inclusive) and, for ``index_into`` a state, ``(value + 1) x unit <= capacity`` token
-    slots (an index into a buffer is checked by the verifier's bounds, not here). Refuses
-    the write before anything is queued, naming the first offending element."""
-    lo = dom.min if isinstance(dom.min, int) else None
-    hi = dom.max if isinstance(dom.max, int) else None
+@lru_cache(maxsize=256)
+def domain_bounds(dom: Domain, capacity: int | None) -> tuple[int | None, int | None]:
+    """(lowest, highest) value ``dom`` admits at ``capacity`` (None: unbounded), computed once
+    per (domain, capacity): constant ``min`` / ``max`` (inclusive) or, for ``index_into`` a
+    state, ``(value + 1) x unit <= capacity`` token slots."""
     if dom.index_into is not UNSET and capacity is not None:
-        lo, hi = 0, capacity // dom.unit - 1
-    for bound, bad in ((lo, flat < lo if lo is not None else None),
-                       (hi, flat > hi if hi is not None else None)):
-        if bad is not None and bad.any():
-            i = int(np.argmax(bad))
-            what = (f"the {capacity} token slots of state `{dom.index_into}`"
-                    if dom.index_into is not UNSET else f"its domain [{lo}, {hi}]")
-            raise CallerError(f"element {i} is {flat[i].item()}, outside {what}",
-                              where=f"buffer `{name}`",
-                              help="positions must lie below the capacity and the model's "
-                                   "position limit")
+        return 0, capacity // dom.unit - 1
+    return (dom.min if isinstance(dom.min, int) else None,
+            dom.max if isinstance(dom.max, int) else None)
+
+
+def check_domain(name: str, dom: Domain, flat: np.ndarray, capacity: int | None) -> None:
+    """Every element within the buffer's declared ``domain`` (:func:`domain_bounds`; an
+    index into a buffer is checked by the verifier's bounds, not here). Refuses the write
+    before anything is queued, naming the first offending element. Per write (a decode step
+    writes two one-element inputs): the smallest and largest element, the mask only on
+    refusal."""
+    lo, hi = domain_bounds(dom, capacity)
+    if flat.size <= 16:                  # Python beats numpy's reductions on a few elements
+        vals = flat.tolist()
+        mn, mx = min(vals), max(vals)
+    else:
+        mn, mx = flat.min(), flat.max()
+    low = lo is not None and mn < lo
+    if not low and (hi is None or mx <= hi):
+        return
+    bad = flat < lo if low else flat > hi
+    i = int(np.argmax(bad))
+    what = (f"the {capacity} token slots of state `{dom.index_into}`"
+            if dom.index_into is not UNSET else f"its domain [{lo}, {hi}]")
+    raise CallerError(f"element {i} is {flat[i].item()}, outside {what}",
+                      where=f"buffer `{name}`",
+                      help="positions must lie below the capacity and the model's "
+                           "position limit")
