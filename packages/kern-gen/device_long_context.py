@@ -18,7 +18,8 @@ chosen at load, against transformers on the same random weights, then its speed 
    median of 3, chunks of ``tokens.max``, graphs), decode ms/token at contexts 1k, 8k, 32k
    (median of 5 runs of 50 graph replays at a fixed position; the cache content does not
    change the work); the arena's bytes (weights + KV + workspaces) at that capacity.
-Writes $OUT/long_context.json; exits 1 if a case has bad positions.
+Writes $OUT/long_context.json; exits 1 if a case has bad positions, or (where there is an
+fp32 reference) fails device_check's distribution rule.
 """
 
 from __future__ import annotations
@@ -157,10 +158,13 @@ def main(argv=None) -> int:
               f"decode at positions {p}..{n - 1} ==")
         print("\n".join(q3.summary(rows, dc.FACTOR, dc.FLOOR, q3.SIGMAS, dc.DIST)))
         bad = sum(1 for q in rows if dc.judged(q3.verdict(q, dc.FACTOR, dc.FLOOR, q3.SIGMAS)))
-        bad_total += bad
+        # the fp32 distribution rule only where there is an fp32 reference
+        dist_fails = dc.distribution([q.base for q in rows], dc.DIST)[1] if n <= FP32_MAX else []
+        bad_total += bad + len(dist_fails)
         rel = [q.base.rel for q in rows]
         agree = [q.base.agree for q in rows if q.ref_margin > q3.SIGMAS * q.err]
         out["cases"].append({"tokens": n, "capacity": cap, "bad": bad,
+                             "distribution_failures": dist_fails,
                              "median_rel_err": statistics.median(rel),
                              "argmax_judged": len(agree), "argmax_agree": int(sum(agree))})
         log(f"case {ci}: median rel err {statistics.median(rel):.4f}, argmax {sum(agree)}/"

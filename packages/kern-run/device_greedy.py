@@ -87,8 +87,9 @@ def long_text(tok, n: int) -> str:
     raise SystemExit(f"the prompt set has fewer than {n} tokens")
 
 
-def chunk_check(rt, ids: list[int], steps: int, info, limit: int, generate) -> str:
-    """kern's greedy tokens for ``ids`` with prefill chunks of 512, of 1, and eagerly."""
+def chunk_check(rt, ids: list[int], steps: int, info, limit: int, generate) -> tuple[bool, str]:
+    """kern's greedy tokens for ``ids`` with prefill chunks of 512, of 1, and eagerly: (all
+    three equal, the line to print)."""
     runs = {name: generate(rt, ids, steps=steps, chunk=chunk, max_tokens=info.max_tokens,
                            vocab=info.vocab, capacity=limit, eager=eager,
                            fixed_context=info.context is not None).tokens
@@ -97,7 +98,7 @@ def chunk_check(rt, ids: list[int], steps: int, info, limit: int, generate) -> s
     base = runs["chunk512"]
     same = {k: first_divergence(v, base) for k, v in runs.items()}
     ok = all(v == len(base) for v in same.values())
-    return f"{'AGREE' if ok else 'DIFFER'} {same} of {len(base)} tokens"
+    return ok, f"{'AGREE' if ok else 'DIFFER'} {same} of {len(base)} tokens"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long", type=int, default=0,
                     help="also a plain prompt of at least this many tokens (passages of "
                          "kern_run/spec/prompts.json joined), and the chunking check on its "
-                         "first 1500 tokens: --chunk 512, --chunk 1 and --eager must agree")
+                         "first 1500 tokens: --chunk 512, --chunk 1 and --eager must agree "
+                         "(else exit 1)")
     ap.add_argument("--only-long", action="store_true", help="skip the five short prompts")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -158,34 +160,34 @@ def main(argv: list[str] | None = None) -> int:
                       progress=None) as rt:
         todo = [] if args.only_long else [(pi, p, chat) for pi, p in enumerate(PROMPTS)
                                           for chat in (False, True)]
+        chunks_ok = True
         if args.long:
             todo.append((len(PROMPTS), long_text(tok, args.long), False))
-            cases_chunks = chunk_check(rt, tok.encode(long_text(tok, 1500))[:1500], args.steps,
-                                       info, limit, generate)
-            print("chunking (1500-token prompt): " + cases_chunks)
+            chunks_ok, line = chunk_check(rt, tok.encode(long_text(tok, 1500))[:1500],
+                                          args.steps, info, limit, generate)
+            print("chunking (1500-token prompt): " + line)
         for pi, p, chat in todo:
-            if True:
-                text = tok.chat_prompt(p) if chat else p
-                ids = tok.encode(text)
-                hf_ids = hf_tok(text)["input_ids"]
-                k = generate(rt, ids, steps=args.steps, chunk=512, max_tokens=info.max_tokens,
-                             vocab=info.vocab, capacity=limit,
-                             fixed_context=info.context is not None).tokens
-                r = ref_greedy(ids, args.steps)
-                j = first_divergence(k, r)
-                margin = gap = None
-                if j < len(r):
-                    lr = ref_logits(ids + r[:j])
-                    top = np.sort(lr)[-2:]
-                    margin, gap = float(top[1] - top[0]), float(lr[r[j]] - lr[k[j]])
-                cases.append(Case(pi, chat, len(ids), ids == hf_ids, j, len(r), margin, gap,
-                                  tok.decode(k[:16])))
-                print(f"[{time.monotonic() - t0:6.1f} s] prompt {pi} chat={chat}: {j}/{len(r)}")
+            text = tok.chat_prompt(p) if chat else p
+            ids = tok.encode(text)
+            hf_ids = hf_tok(text)["input_ids"]
+            k = generate(rt, ids, steps=args.steps, chunk=512, max_tokens=info.max_tokens,
+                         vocab=info.vocab, capacity=limit,
+                         fixed_context=info.context is not None).tokens
+            r = ref_greedy(ids, args.steps)
+            j = first_divergence(k, r)
+            margin = gap = None
+            if j < len(r):
+                lr = ref_logits(ids + r[:j])
+                top = np.sort(lr)[-2:]
+                margin, gap = float(top[1] - top[0]), float(lr[r[j]] - lr[k[j]])
+            cases.append(Case(pi, chat, len(ids), ids == hf_ids, j, len(r), margin, gap,
+                              tok.decode(k[:16])))
+            print(f"[{time.monotonic() - t0:6.1f} s] prompt {pi} chat={chat}: {j}/{len(r)}")
     print("\n".join(lines(cases, args.near)))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "greedy.json").write_text(json.dumps(
         {"cases": [c._asdict() for c in cases], "steps": args.steps, "near": args.near}))
-    return 0 if all(case_ok(c, args.near) for c in cases) else 1
+    return 0 if chunks_ok and all(case_ok(c, args.near) for c in cases) else 1
 
 
 if __name__ == "__main__":

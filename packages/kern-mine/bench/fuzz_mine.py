@@ -10,44 +10,18 @@ Replay one case: ``check(make_case(random.Random(SEED), root))`` from tests/fuzz
 
 from __future__ import annotations
 
-import argparse
-import collections
 import random
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+HERE = Path(__file__).resolve()
+sys.path[:0] = [str(HERE.parents[1] / "tests"), str(HERE.parents[3] / "tests")]
+from fuzz_driver import fuzz_main  # noqa: E402
 from fuzz_capture import check, make_case  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=20000)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    outcomes: collections.Counter[str] = collections.Counter()
-    failures: collections.Counter[tuple] = collections.Counter()
-    example: dict[tuple, str] = {}
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kern-mine-fuzz-") as tmp:
-        for n in range(args.seed, args.seed + args.cases):
-            try:
-                outcomes[check(make_case(random.Random(n), Path(tmp) / "case"))] += 1
-            except Exception as e:  # noqa: BLE001 - counting is the point
-                last = traceback.extract_tb(e.__traceback__)[-1]
-                sig = (type(e).__name__, Path(last.filename).name, last.lineno)
-                failures[sig] += 1
-                example.setdefault(sig, f"seed {n}: {str(e)[:200]!r}")
-    dt = time.perf_counter() - t0
-    total = sum(outcomes.values()) + sum(failures.values())
-    print(f"{total} cases in {dt:.0f} s: {dict(outcomes)}; failures: {sum(failures.values())} "
-          f"({len(failures)} signatures)")
-    for sig, n in failures.most_common():
-        print(f"  {n:6d}  {sig[0]} at {sig[1]}:{sig[2]}  e.g. {example[sig]}")
-    return 1 if failures else 0
+    return fuzz_main(__doc__.splitlines()[0], lambda n, tmp: check(make_case(random.Random(n), tmp / "case")), "kern-mine-fuzz-")
 
 
 if __name__ == "__main__":

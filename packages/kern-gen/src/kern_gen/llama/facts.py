@@ -123,12 +123,16 @@ class Facts:
     def sidecar_forward(self, pass_index: int) -> dict[str, Any] | None:
         """The measured sidecar forward whose window holds the middle of kern-mine's pass
         ``pass_index`` (a pass's first launches can precede the sidecar's timestamp by a few
-        microseconds), or None."""
+        microseconds), or None (the pass lies in no measured forward); several such forwards
+        are refused."""
         p = self.mined.passes[pass_index]
         mid = (p.t0_ns + p.t1_ns) // 2
         hit = [f for r in self.sidecar["requests"] for f in r["forwards"]
                if f["t0_ns"] <= mid <= f["t1_ns"]]
-        return hit[0] if len(hit) == 1 else None
+        if len(hit) > 1:
+            raise WiringError(f"pass {pass_index}: {len(hit)} sidecar forwards contain its mid "
+                              f"time; cannot tie it to a forward")
+        return hit[0] if hit else None
 
     def group(self, group: int) -> GroupInfo:
         for g in self.mined.groups:

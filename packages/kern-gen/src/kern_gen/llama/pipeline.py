@@ -61,22 +61,13 @@ def _build_own(nvcc: str | None) -> dict[str, bytes]:
 
 
 def _match_sidecar(facts: Facts, group: int) -> list[int] | None:
-    """Token count of each forward of ``group`` according to the sidecar (the forward whose
-    time window holds the middle of the pass: a pass's first launches can precede the
-    sidecar's timestamp by a few microseconds).  None when no pass of the group lies in a
+    """Token count of each forward of ``group`` according to the sidecar
+    (:meth:`.facts.Facts.sidecar_forward`).  None when no pass of the group lies in a
     measured forward: the group is the tail of the unmeasured runs that the trimmed capture
     keeps before each request (the sidecar lists those as ``warmup_requests``)."""
-    fwds = [f for r in facts.sidecar["requests"] for f in r["forwards"]]
-    out: list[int | None] = []
     g = facts.group(group)
-    for pi in g.forwards:
-        p = facts.mined.passes[pi]
-        mid = (p.t0_ns + p.t1_ns) // 2
-        hit = [f for f in fwds if f["t0_ns"] <= mid <= f["t1_ns"]]
-        if len(hit) > 1:
-            raise WiringError(f"group {group}, pass {pi}: {len(hit)} sidecar forwards contain "
-                              f"its mid time; cannot tie it to a forward")
-        out.append(int(hit[0]["tokens"]) if hit else None)
+    fwds = [facts.sidecar_forward(pi) for pi in g.forwards]
+    out = [int(f["tokens"]) if f else None for f in fwds]
     if all(t is None for t in out):
         return None
     if any(t is None for t in out):

@@ -327,19 +327,25 @@ def wire_k_rope_cache(w: Wiring, s: Site) -> None:
                                                   "var": "k_var", "sin": "k_sin", "x": "k"})
     F.same_address(b["k"][1], w.gemm_c.get(f"{layer}.k_proj"), where,
                    "k rope reads k at the k_proj GEMM output (offset 0)")
-    caches = {"cache": "keys", "vcache": "values"}
     if "v" in b:
         F.same_address(b["v"][1], w.gemm_c.get(f"{layer}.v_proj"), where,
                        "the fused V-cache write reads v at the v_proj GEMM output (offset 0)")
-    for nm, attr in caches.items():
-        if nm in b:
-            t = F.cache_is(w.facts, s, b[nm][0], f"layers.{layer}.{attr}", where)
-            F.cache_layout(t, w.kv, where)
     F.scalars_are(s, w.arch.scalars(w.cfg, "k_rope_cache", w.decode), where)
-    W.check_writer(w.facts, s, w.kv, len([n for n in caches if n in b]), where)
+    _cache_writes(w, s, layer, {b[nm][0]: attr for nm, attr in
+                                (("cache", "keys"), ("vcache", "values")) if nm in b}, where)
     w.ops.append(_mined(f"L{layer}.k_rope_cache", s, b))
     if "vcache" in b:
         w.last_cache_write = len(w.ops)
+
+
+def _cache_writes(w: Wiring, s: Site, layer: int, caches: dict[int, str], where: str) -> None:
+    """What every cache writer must hold: each cache pointer (param -> ``keys`` / ``values``)
+    is this layer's sidecar cache tensor, laid out token-major, and the writer is
+    capacity-free (:func:`.writers.check_writer`)."""
+    for param, attr in caches.items():
+        F.cache_layout(F.cache_is(w.facts, s, param, f"layers.{layer}.{attr}", where), w.kv,
+                       where)
+    W.check_writer(w.facts, s, w.kv, len(caches), where)
 
 
 def wire_v_cache(w: Wiring, s: Site) -> None:
@@ -351,10 +357,8 @@ def wire_v_cache(w: Wiring, s: Site) -> None:
     F.same_address(flat[1][1], w.gemm_c.get(f"{layer}.v_proj"), where,
                    "V-cache write reads v at the v_proj GEMM output (offset 0)")
     F.slots_input(w.facts, s, flat[0][1], where)
-    t = F.cache_is(w.facts, s, flat[2][0], f"layers.{layer}.values", where)
-    F.cache_layout(t, w.kv, where)
     F.scalars_are(s, [cfg.kv_width] if w.decode else [mul(TOK, cfg.kv_width)], where)
-    W.check_writer(w.facts, s, w.kv, 1, where)
+    _cache_writes(w, s, layer, {flat[2][0]: "values"}, where)
     vin = w.acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
     w.ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
         flat[0][0]: ("in", POSITIONS), flat[1][0]: ("in", vin),
