@@ -27,6 +27,18 @@ STATE = "kv"
 TOKEN_IDS = "token_ids"
 POSITIONS = "positions"
 POS0 = "pos0"
+#: Paged KV (issue 20). ``slots`` i64 [tokens]: the KV slot each row's K/V is written to (the
+#: mined writers' index); ``kv_lens`` i32 [tokens]: the keys row t attends to; ``block_table``
+#: i32 [tokens, P]: row t's pages, key j of row t at slot
+#: ``block_table[t][j // PAGE_TOKENS] * PAGE_TOKENS + j % PAGE_TOKENS``.  Batch 1 (plain
+#: kern-run): slots = positions, an identity table, kv_lens = position + 1.
+SLOTS = "slots"
+KV_LENS = "kv_lens"
+BLOCK_TABLE = "block_table"
+PAGE_TOKENS = 16
+#: Many sequences in one step: ``batch`` runs ``tokens`` = B rows of B sequences (one token
+#: each) and writes each row's greedy token into ``next_token`` [tokens].
+BATCH = "batch"
 #: name -> (dtype, shape) of the buffers the caller writes before each run.
 INPUTS: dict[str, tuple[str, list]] = {
     TOKEN_IDS: ("i64", [SYMBOL]),
