@@ -39,15 +39,20 @@ PAGE_TOKENS = 16
 #: Many sequences in one step: ``batch`` runs ``tokens`` = B rows of B sequences (one token
 #: each) and writes each row's greedy token into ``next_token`` [tokens].
 BATCH = "batch"
+#: Stands for any positive integer in a contract shape (the table's pages per row, P).
+ANY = "<P>"
 #: name -> (dtype, shape) of the buffers the caller writes before each run.
 INPUTS: dict[str, tuple[str, list]] = {
     TOKEN_IDS: ("i64", [SYMBOL]),
     POSITIONS: ("i64", [SYMBOL]),
+    SLOTS: ("i64", [SYMBOL]),
     POS0: ("i32", [1]),
+    KV_LENS: ("i32", [SYMBOL]),
+    BLOCK_TABLE: ("i32", [SYMBOL, ANY]),
 }
-#: The buffer the caller reads after ``decode`` (the greedy token), and its dtype and shape.
+#: The buffer the caller reads after ``decode`` / ``batch`` (each row's greedy token).
 NEXT_TOKEN = "next_token"
-OUTPUTS: dict[str, tuple[str, list]] = {NEXT_TOKEN: ("i64", [1])}
+OUTPUTS: dict[str, tuple[str, list]] = {NEXT_TOKEN: ("i64", [SYMBOL])}
 #: Read only for testing (teacher-forced comparisons); its last dimension is the vocabulary.
 LOGITS = "logits"
 #: Speculative decoding (optional): ``verify`` over ``[anchor, drafts…]`` writes the greedy
@@ -84,6 +89,9 @@ class ContractInfo:
     position_limit: int | None = None
     """Positions the kernels can address at all (``positions``' domain ``max`` + 1: e.g. the
     mined cache writers' compiled bound), whatever the capacity; None when not declared."""
+    table_pages: int = 0
+    """P, the pages of PAGE_TOKENS slots one ``block_table`` row holds (the longest sequence
+    the paged attention can address is P x PAGE_TOKENS)."""
 
     @property
     def context(self) -> int | None:
@@ -147,18 +155,30 @@ def check_manifest(m: Manifest) -> ContractInfo:
                         vocab=vocab,
                         kv_bytes_per_token=sum(st.bytes_per_token for st in per_token.values()),
                         kv_bytes_fixed=sum(st.bytes_fixed for st in fixed.values()),
-                        position_limit=limit)
+                        position_limit=limit,
+                        table_pages=int(m.buffers[BLOCK_TABLE].shape[1]))
 
 
 def _buffer_problem(m: Manifest, name: str, cls: str, dtype: str, shape: list) -> list[str]:
     b = m.buffers.get(name)
     if b is None:
         return [f"manifest declares no {cls} buffer `{name}`"]
-    want = f"{cls} {dtype}{shape}"
+    want = f"{cls} {dtype}{shape}".replace(repr(ANY), ANY)
     have = f"{b.cls} {b.dtype}{list(b.shape)}"
-    if b.cls != cls or b.dtype != dtype or list(b.shape) != shape:
+    got = [s if not (w == ANY and isinstance(s, int)) else ANY
+           for s, w in zip(b.shape, shape)] if len(b.shape) == len(shape) else list(b.shape)
+    if b.cls != cls or b.dtype != dtype or got != shape:
         return [f"buffer `{name}` is {have}; the contract needs {want}"]
     return []
+
+
+def check_batch(m: Manifest) -> None:
+    """Check ``m`` for batched decoding (issue 20's engine): a ``batch`` program, besides
+    what :func:`check_manifest` requires. Raises :class:`ContractError`."""
+    if BATCH not in m.programs:
+        raise ContractError(f"the engine needs a program `{BATCH}` (one token of each of "
+                            f"`{SYMBOL}` sequences per step); the manifest has "
+                            f"{', '.join(f'`{p}`' for p in m.programs)}")
 
 
 def check_verify(m: Manifest) -> int:

@@ -6,6 +6,7 @@ Rules (docs/caller-contract.md, "Capacity"):
 - per-token states: ``--capacity C`` must not exceed the model's position limit (the
   ``positions`` domain: e.g. the mined cache writers' compiled bound; a larger state could
   never be addressed) and must fit in the GPU's free memory with the rest of the arena;
+- the loaded pool is whole pages of PAGE_TOKENS slots (:func:`pool_slots`);
 - without ``--capacity``: the position limit if it fits, else the largest capacity that
   does (a multiple of :data:`ROUND`); a manifest without a declared limit gets
   :data:`DEFAULT_CAPACITY`.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kern_manifest.contract import ContractInfo
+from kern_manifest.contract import PAGE_TOKENS, ContractInfo
 
 from .errors import KernRunError
 
@@ -41,6 +42,14 @@ class Capacity:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def pool_slots(requested: int, limit: int | None) -> int:
+    """The slots to load for ``--capacity requested``: whole pages of PAGE_TOKENS (the paged
+    attention addresses pages, and the runtime refuses a page that does not lie wholly in
+    the pool), rounded up unless that passes the position limit, then down."""
+    up = -(-requested // PAGE_TOKENS) * PAGE_TOKENS
+    return up if limit is None or up <= limit else limit // PAGE_TOKENS * PAGE_TOKENS
 
 
 def choose(requested: int | None, info: ContractInfo, *, base_bytes: int = 0,
@@ -67,7 +76,8 @@ def choose(requested: int | None, info: ContractInfo, *, base_bytes: int = 0,
                                f"state; with {_gb(base_bytes)} of weights and workspaces, "
                                f"{_gb(free_bytes or 0)} free on the GPU leave room for "
                                f"{most} tokens")
-        return Capacity(requested, requested, requested * per, "--capacity")
+        load = pool_slots(requested, limit)
+        return Capacity(min(requested, load), load, load * per, "--capacity")
     want = limit if limit is not None else DEFAULT_CAPACITY
     why = "the model's position limit" if limit is not None else "the default"
     if room is not None and per and want * per > room:

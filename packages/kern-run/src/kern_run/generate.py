@@ -30,7 +30,7 @@ import numpy as np
 from kern_manifest.contract import DECODE, NEXT_TOKEN, SYMBOL
 
 from .errors import KernRunError
-from .inputs import Inputs
+from .inputs import Inputs, table_pages_of
 from .chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
 #: The decode call's symbols.
@@ -123,14 +123,16 @@ def run_prompt(rt: RuntimeLike, inputs: Inputs, calls: Sequence[Call], prompt: S
 def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              max_tokens: int, eos: Collection[int] = (), eager: bool = False,
              capacity: int | None = None, fixed_context: bool = False,
-             vocab: int | None = None,
+             vocab: int | None = None, table_pages: int | None = None,
              on_token: Callable[[int], None] | None = None, capture: bool = True,
              clock: Callable[[], float] = time.perf_counter) -> Result:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids).
 
     ``capacity``: positions the KV state holds (prompt + ``steps`` must fit, checked before
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
-    ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing."""
+    ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing.
+    ``table_pages``: the block table's pages per row (``ContractInfo.table_pages``; None:
+    :func:`~kern_run.inputs.table_pages_of` the runtime)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
@@ -138,7 +140,8 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     calls = plan_prompt(n, chunk, max_tokens, eager=eager)
     if capacity is not None:
         check_capacity(n, steps, capacity, fixed=fixed_context)
-    inputs = Inputs(max_tokens, vocab)
+    inputs = Inputs(max_tokens, vocab, table_pages=table_pages or table_pages_of(rt),
+                    capacity=None if fixed_context else capacity)
     eos = frozenset(int(e) for e in eos)
     res = Result(prompt=prompt, tokens=[], stop="steps")
     if capture:

@@ -1,12 +1,21 @@
-"""The contract's input buffers for one call, as numpy arrays, and their prefix writes.
+"""The contract's input buffers for one single-sequence call, as numpy arrays, and their
+prefix writes.
 
-For a call on tokens ``ids`` starting at position ``pos0``:
+For a call on tokens ``ids`` of one sequence starting at position ``pos0``:
 
 - ``token_ids`` i64 [tokens]: the ids;
-- ``positions`` i64 [tokens]: ``pos0, pos0+1, …`` (batch 1: also the KV slots);
-- ``pos0`` i32 [1]: ``pos0`` (device memory, so a decode graph captured once stays valid).
+- ``positions`` i64 [tokens]: ``pos0, pos0+1, …``;
+- ``slots`` i64 [tokens]: the KV slot of each row; one sequence owns the whole pool, so slot =
+  position;
+- ``pos0`` i32 [1]: ``pos0`` (device memory, so a graph captured once stays valid);
+- ``kv_lens`` i32 [tokens]: the keys row t attends to, ``pos0 + t + 1``;
+- ``block_table`` i32 [tokens, P]: the identity table (page i = pool page i) in every row
+  the call reads. It never changes, so it is written once per row count: the first call
+  writes the rows it needs, later calls only rows beyond those (a verify after decodes).
 
-The arrays are the first ``tokens`` rows of each buffer; the runtime writes such prefixes."""
+The arrays are the first ``tokens`` rows of each buffer; the runtime writes such prefixes.
+The batched engine (:mod:`kern_run.engine`) writes its own rows; it never shares a runtime
+with this single-sequence path."""
 
 from __future__ import annotations
 
@@ -14,7 +23,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
-from kern_manifest.contract import NEXT_TOKEN, POS0, POSITIONS, SYMBOL, TOKEN_IDS
+from kern_manifest.contract import (BLOCK_TABLE, KV_LENS, NEXT_TOKEN, PAGE_TOKENS, POS0,
+                                    POSITIONS, SLOTS, SYMBOL, TOKEN_IDS)
 
 from .errors import KernRunError
 
@@ -28,16 +38,30 @@ class Writer(Protocol):
 
 class Inputs:
     """Reusable host arrays sized for the largest chunk; :meth:`fill` returns prefix views
-    (the runtime copies them to pinned staging at ``write``, so reuse is safe)."""
+    (the runtime copies them to pinned staging at ``write``, so reuse is safe).
+    ``table_pages``: P, the block table's columns (``ContractInfo.table_pages``);
+    ``capacity``: the positions this run may use (None: all P pages): the identity ends at
+    the last page they touch, the rest of a row names page 0 (the runtime refuses page
+    numbers beyond the loaded pool; no row reads those entries)."""
 
-    def __init__(self, max_tokens: int, vocab: int | None = None) -> None:
+    def __init__(self, max_tokens: int, vocab: int | None = None, *,
+                 table_pages: int = 1, capacity: int | None = None) -> None:
+        if table_pages < 1:
+            raise KernRunError(f"the block table needs at least one page per row "
+                               f"(got {table_pages})")
         self.max_tokens = max_tokens
         self.vocab = vocab
         self._ids = np.zeros(max_tokens, dtype=np.int64)
         self._pos = np.zeros(max_tokens, dtype=np.int64)
         self._pos0 = np.zeros(1, dtype=np.int32)
+        self._lens = np.zeros(max_tokens, dtype=np.int32)
+        self._table_row = np.arange(table_pages, dtype=np.int32)
+        if capacity is not None:
+            self._table_row[-(-capacity // PAGE_TOKENS):] = 0
+        self.table_rows = 0           # rows of the identity table already on the device
 
     def fill(self, ids: Sequence[int] | np.ndarray, pos0: int) -> dict[str, np.ndarray]:
+        """The per-call inputs (the block table aside: :meth:`table`)."""
         n = len(ids)
         if not 1 <= n <= self.max_tokens:
             raise KernRunError(f"a call carries 1…{self.max_tokens} tokens, not {n}")
@@ -50,24 +74,57 @@ class Inputs:
             bad = int(view[(view < 0) | (view >= self.vocab)][0])
             raise KernRunError(f"token id {bad} is outside the model's vocabulary "
                                f"(0…{self.vocab - 1})")
+        self._positions(n, pos0)
+        return {TOKEN_IDS: view, POSITIONS: self._pos[:n], SLOTS: self._pos[:n],
+                POS0: self._pos0, KV_LENS: self._lens[:n]}
+
+    def _positions(self, n: int, pos0: int) -> None:
         self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int64)
+        self._lens[:n] = np.arange(pos0 + 1, pos0 + n + 1, dtype=np.int32)
         self._pos0[0] = pos0
-        return {TOKEN_IDS: view, POSITIONS: self._pos[:n], POS0: self._pos0}
+
+    def table(self, rt: Writer, rows: int) -> None:
+        """Make sure the first ``rows`` rows of the device's block table are the identity."""
+        if rows > self.table_rows:
+            rt.write(BLOCK_TABLE, np.broadcast_to(self._table_row,
+                                                  (rows, self._table_row.size)))
+            self.table_rows = rows
 
     def write(self, rt: Writer, ids: Sequence[int] | np.ndarray, pos0: int) -> None:
-        for name, arr in self.fill(ids, pos0).items():
+        arrays = self.fill(ids, pos0)
+        self.table(rt, len(ids))
+        for name, arr in arrays.items():
             rt.write(name, arr)
 
     def write_fed(self, rt: Writer, pos0: int) -> None:
         """The inputs of a one-token decode call at ``pos0`` whose token is the previous
         decode's ``next_token``: that is copied on the device (queued after the previous
         run), only the positions come from the host."""
-        arrays = self.fill([0], pos0)
+        self._positions(1, pos0)
+        self.table(rt, 1)
         rt.copy(TOKEN_IDS, NEXT_TOKEN, {SYMBOL: 1})
-        for name in (POSITIONS, POS0):
-            rt.write(name, arrays[name])
+        rt.write(POSITIONS, self._pos[:1])
+        rt.write(SLOTS, self._pos[:1])
+        rt.write(KV_LENS, self._lens[:1])       # (pos0 is read by prefill only)
 
 
-def call_inputs(ids: Sequence[int], pos0: int) -> dict[str, np.ndarray]:
-    """Fresh arrays for one call (for tests and one-off callers)."""
-    return {k: v.copy() for k, v in Inputs(max(1, len(ids))).fill(ids, pos0).items()}
+def table_pages_of(rt: object) -> int:
+    """P of a loaded runtime's manifest (``rt.vm``); 1 for a runtime without one (the test
+    fakes, whose tables are one page wide)."""
+    vm = getattr(rt, "vm", None)
+    return int(vm.manifest.buffers[BLOCK_TABLE].shape[1]) if vm is not None else 1
+
+
+def write_at(rt, ids: Sequence[int], pos0: int) -> None:
+    """One-off single-sequence inputs for a loaded runtime (the benches' profiling calls)."""
+    Inputs(max(1, len(ids)), table_pages=table_pages_of(rt)).write(rt, ids, pos0)
+
+
+def call_inputs(ids: Sequence[int], pos0: int, table_pages: int = 1
+                ) -> dict[str, np.ndarray]:
+    """Fresh arrays for one call, the identity table's rows included (for tests and one-off
+    callers)."""
+    inp = Inputs(max(1, len(ids)), table_pages=table_pages)
+    out = {k: v.copy() for k, v in inp.fill(ids, pos0).items()}
+    out[BLOCK_TABLE] = np.broadcast_to(inp._table_row, (len(ids), table_pages)).copy()
+    return out

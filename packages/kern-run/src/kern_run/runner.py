@@ -185,7 +185,8 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
             out.flush()
         common = dict(steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
                       eos=tok.eos_ids, eager=o.eager, capacity=cap.limit,
-                      fixed_context=info.context is not None, vocab=info.vocab, on_token=emit)
+                      fixed_context=info.context is not None, vocab=info.vocab,
+                      table_pages=info.table_pages, on_token=emit)
         res, report = _generate(rt, ids, o, verify_max, common)
         tail = stream.flush()
         if tail:

@@ -24,14 +24,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import falsify as F
 from . import own
 from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
-from .ir import (LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Op,
+from .ir import (BLOCK_TABLE, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, SLOTS,
+                 TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
+from kern_manifest.contract import PAGE_TOKENS
 
 
 @dataclass
@@ -108,7 +111,7 @@ class Assembler:
     def dtype_of(self, ref: Ref) -> str:
         if ref.buf in self.buffers:
             return self.buffers[ref.buf]["dtype"]
-        if ref.buf == POSITIONS.buf:
+        if ref.buf in (POSITIONS.buf, SLOTS.buf):
             return "i64"
         if ref.buf == INV_FREQ:
             return "f32"
@@ -139,15 +142,8 @@ class Assembler:
     # --- whole manifest -------------------------------------------------------------------
     def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
         cfg = self.cfg
-        self._buf(TOKEN_IDS.buf, "i64", ["tokens"], "input")
-        self._buf(POSITIONS.buf, "i64", ["tokens"], "input")
-        self._buf(POS0.buf, "i32", [1], "input")
-        # The mined cache writers' compiled bound (0 <= slot < L, asserted by .writers): no
-        # position may reach L whatever the capacity; the runtime checks host writes.
-        bound = {"min": 0, "max": self.kv.max_len - 1}
-        for b in (POSITIONS.buf, POS0.buf):
-            self.buffers[b]["domain"] = dict(bound)
-        self._buf(NEXT_TOKEN.buf, "i64", [1], "output")
+        self._inputs()
+        self._buf(NEXT_TOKEN.buf, "i64", ["tokens"], "output")
         self._buf(LOGITS.buf, "bf16", [1, cfg.vocab], "output")
         if any(PREDICTIONS.buf in used_buffers(p.ops) for p in programs):
             self._buf(PREDICTIONS.buf, "i64", ["tokens"], "output")
@@ -170,6 +166,27 @@ class Assembler:
             "kernels": self.kernels,
             "programs": progs,
         }
+
+    def _inputs(self) -> None:
+        """The caller contract's inputs and their domains, which the runtime checks on every
+        host write: positions below the mined cache writers' compiled bound L (0 <= slot < L,
+        asserted by :mod:`.writers`) whatever the capacity; slots and page numbers below the
+        capacity the caller loads (``index_into`` the first K state; pages of PAGE_TOKENS)."""
+        kv = self.kv
+        pool = kv.state(0, "k")
+        F.table_covers(kv, kv.table_pages, PAGE_TOKENS, "buffers.block_table")
+        self._buf(TOKEN_IDS.buf, "i64", ["tokens"], "input")
+        self._buf(POSITIONS.buf, "i64", ["tokens"], "input")
+        self._buf(SLOTS.buf, "i64", ["tokens"], "input")
+        self._buf(POS0.buf, "i32", [1], "input")
+        self._buf(KV_LENS.buf, "i32", ["tokens"], "input")
+        self._buf(BLOCK_TABLE.buf, "i32", ["tokens", kv.table_pages], "input")
+        bound = {"min": 0, "max": kv.max_len - 1}
+        for b in (POSITIONS.buf, POS0.buf):
+            self.buffers[b]["domain"] = dict(bound)
+        self.buffers[SLOTS.buf]["domain"] = {"index_into": pool}
+        self.buffers[KV_LENS.buf]["domain"] = {"min": 1, "max": kv.max_len}
+        self.buffers[BLOCK_TABLE.buf]["domain"] = {"index_into": pool, "unit": PAGE_TOKENS}
 
     def _emit(self, prog: Program, op: Op) -> dict[str, Any]:
         emit = EMIT.get(op.kind)

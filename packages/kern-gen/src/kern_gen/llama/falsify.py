@@ -38,6 +38,18 @@ def weight_is(facts: Facts, site: Site, key: tuple[int, int], name: str, where: 
     return t
 
 
+def table_covers(kv: KVLayout, pages: int, page_tokens: int, where: str) -> None:
+    """The paged attention's table (``pages`` columns of ``page_tokens`` slots, the
+    ``block_table`` buffer's width and the kernels' row stride) addresses every slot the
+    mined writers accept (``0 <= slot < L``, their compiled bound) and no whole page beyond:
+    a shorter table would cut contexts the writers fill, a longer one would let a row name
+    pages no capacity can hold."""
+    need = -(-kv.max_len // page_tokens)
+    if pages != need:
+        fail(where, f"block_table has {pages} pages of {page_tokens} slots per row; the cache "
+                    f"writers' bound L = {kv.max_len} needs exactly {need}")
+
+
 def cache_is(facts: Facts, site: Site, param: int, name: str, where: str) -> Tensor:
     t = facts.cache.get(name)
     if t is None:

@@ -41,15 +41,20 @@ class Ref:
 
 
 # The caller contract's buffers (docs/caller-contract.md): the only names a program shares with
-# its caller.  Inputs: token_ids i64 [tokens], positions i64 [tokens], pos0 i32 [1]; outputs:
-# logits bf16 [1, vocab], next_token i64 [1], predictions i64 [tokens].
+# its caller.  Inputs: token_ids i64 [tokens], positions i64 [tokens] (rope), slots i64
+# [tokens] (the cache writers' index), pos0 i32 [1] (prefill attention), kv_lens i32 [tokens]
+# and block_table i32 [tokens, P] (the paged attention); outputs: logits bf16 [1, vocab],
+# next_token i64 [tokens], predictions i64 [tokens].
 TOKEN_IDS = Ref(buf=C.TOKEN_IDS)
 POSITIONS = Ref(buf=C.POSITIONS)
+SLOTS = Ref(buf=C.SLOTS)
 POS0 = Ref(buf=C.POS0)
+KV_LENS = Ref(buf=C.KV_LENS)
+BLOCK_TABLE = Ref(buf=C.BLOCK_TABLE)
 LOGITS = Ref(buf=C.LOGITS)
 NEXT_TOKEN = Ref(buf=C.NEXT_TOKEN)
 PREDICTIONS = Ref(buf=C.PREDICTIONS)
-INPUTS = (TOKEN_IDS, POSITIONS, POS0)
+INPUTS = (TOKEN_IDS, POSITIONS, SLOTS, POS0, KV_LENS, BLOCK_TABLE)
 
 
 def is_weight(buf: str | None) -> bool:

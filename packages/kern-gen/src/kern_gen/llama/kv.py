@@ -7,7 +7,10 @@ the compiled cache writers store element ``d`` of head ``h`` of the token writte
 bounds check ``0 <= s < L``.  So each of K and V of each layer is its own state of
 ``bytes_per_token`` = ``kv_heads x head_dim x 2`` bytes (``kv.L<l>.k`` / ``kv.L<l>.v``, offset
 0): the runtime sizes them for the capacity the caller picks, up to ``L``.  The own attention
-kernels are told the same strides (slot ``kv_heads x head_dim``, head ``head_dim`` elements).
+kernels are told the same strides (slot ``kv_heads x head_dim``, head ``head_dim`` elements)
+and read keys through the caller's page table (``block_table``, :attr:`KVLayout.table_pages`
+pages of ``PAGE_TOKENS`` slots per row), so the states are one paged pool shared by
+sequences.
 :func:`.falsify.cache_layout` asserts the sidecar's cache tensors have this layout,
 :mod:`.writers` that the captured writers store with these coefficients and bound.
 """
@@ -15,6 +18,8 @@ kernels are told the same strides (slot ``kv_heads x head_dim``, head ``head_dim
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from kern_manifest.contract import PAGE_TOKENS
 
 from .config import ModelConfig
 from .ir import Ref
@@ -64,6 +69,14 @@ class KVLayout:
     def strides(self) -> list[int]:
         """Element strides of :attr:`shape` (contiguous)."""
         return [self.max_len * self.slot_stride, self.slot_stride, self.head_stride, 1]
+
+    @property
+    def table_pages(self) -> int:
+        """P, the columns of the caller's ``block_table`` [tokens, P]: pages of
+        ``PAGE_TOKENS`` slots enough for every position below ``L`` (a row may address any
+        position the writers accept, and none beyond: asserted by
+        :func:`.falsify.table_covers`)."""
+        return -(-self.max_len // PAGE_TOKENS)
 
     @staticmethod
     def state(layer: int, which: str) -> str:

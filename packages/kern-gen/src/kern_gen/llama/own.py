@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .arch import EMBED, INV_FREQ
 from .errors import WiringError
-from .ir import POS0, POSITIONS, TOK, TOKEN_IDS, Op, Ref
+from .ir import BLOCK_TABLE, KV_LENS, POS0, POSITIONS, TOK, TOKEN_IDS, Op, Ref
 
 if TYPE_CHECKING:
     from .assemble import Assembler
@@ -53,25 +53,27 @@ def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, An
 
 
 def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """``prefill``: the own flash kernel (query tiles of 64 rows).  Every other program
-    (``decode``, ``verify``): the own split-KV kernel, one grid z-slice per query row (row t
-    sees keys ``0 .. pos0 + t``): ``verify`` has few rows (k + 1 <= 16 by the caller
-    contract), for which a 64-row query tile would idle and a split over the keys keeps the
-    SMs busy."""
+    """Both read keys through the caller's page table (``block_table``, ABI.md 3).
+    ``prefill``: the own flash kernel (query tiles of 64 rows of one sequence, causal from
+    ``pos0``, table row 0).  Every other program (``decode``, ``verify``, ``batch``): the own
+    split-KV kernel, one grid z-slice per query row, row t seeing its ``kv_lens[t]`` keys
+    through table row t: rows may be one sequence's (verify: k + 1 <= 16) or B sequences'
+    (batch); a 64-row query tile would idle on so few rows per sequence, a split over the
+    keys keeps the SMs busy."""
     D = asm.cfg.head_dim
     if D not in (64, 128):
         raise WiringError(f"own attention has head_dim 64 or 128; the model has {D}")
     kv = asm.kv            # K then V: slot, head strides (elements)
     strides = [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
                {"i64": kv.head_stride}]
-    if program == "prefill":
-        name, extra = _flash(asm, strides), [{"sym": "tokens"}]
-    else:
-        name, extra = _split_kv(asm, program, rows, strides), []
     a = op.args
-    return {"label": op.label, "kernel": name,
-            "args": [asm.arg(a["q"]), asm.arg(a["k"]), asm.arg(a["v"]), asm.arg(POS0),
-                     asm.arg(a["out"]), *extra]}
+    qkv = [asm.arg(a["q"]), asm.arg(a["k"]), asm.arg(a["v"])]
+    if program == "prefill":
+        return {"label": op.label, "kernel": _flash(asm, strides),
+                "args": [*qkv, asm.arg(POS0), asm.arg(BLOCK_TABLE), asm.arg(a["out"]),
+                         {"sym": "tokens"}]}
+    return {"label": op.label, "kernel": _split_kv(asm, program, rows, strides),
+            "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"])]}
 
 
 def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
@@ -81,26 +83,28 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
     r = "tokens" if rows == TOK else rows
     scale = {"f32": 1.0 / math.sqrt(D)}
-    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>"]
+    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+             "out buffer<bf16>"]
     body = {"params": iface, "impl": {
         "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
                     "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
         "steps": [
             asm.own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
                          params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
-                                 "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64",
-                                 "i64", "i64", "i32", "i32", "f32", "i32"],
+                                 "in buffer<i32>", "out buffer<f32>", "out buffer<f32>",
+                                 "i32", "i64", "i64", "i64", "i64", "i32", "i32", "f32",
+                                 "i32", "i32"],
                          block=[128, 1, 1], grid=[KVH, S, rows],
-                         args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
+                         args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
                                {"scratch": "part_ml"}, {"scratch": "part_acc"},
                                {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
-                               scale, {"i32": s_min}]),
+                               scale, {"i32": s_min}, {"i32": asm.kv.table_pages}]),
             asm.own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
                          params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
                                  "out buffer<bf16>", "i32", "i32", "i32"],
                          block=[D, 1, 1], grid=[H, rows, 1],
                          args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
-                               {"arg": 4}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
+                               {"arg": 5}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
     return asm.kernel(f"{program}.attention", body,
                       f"own split-KV decode attention ({s_min} to {S} splits by context)")
 
@@ -108,17 +112,18 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
 def _flash(asm: Assembler, strides: list) -> str:
     cfg = asm.cfg
     D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
-    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "out buffer<bf16>", "i32"]
+    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+             "out buffer<bf16>", "i32"]
     body = {"params": iface, "impl": {"steps": [
         asm.own_step("attn_prefill.cubin", f"kern_attn_prefill_bf16_d{D}",
                      params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
-                             "out buffer<bf16>", "i32", "i64", "i64", "i64", "i64", "i32",
-                             "i32", "i32", "f32"],
+                             "in buffer<i32>", "out buffer<bf16>", "i32", "i64", "i64",
+                             "i64", "i64", "i32", "i32", "i32", "f32"],
                      block=[128, 1, 1], grid=[{"ceil_div": [TOK, 64]}, H, 1],
                      shared_mem=81920 if D == 128 else 40960,
                      args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
-                           {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
-                           {"arg": 5}, {"f32": 1.0 / math.sqrt(D)}])]}}
+                           {"arg": 5}, {"i32": cfg.q_width}, *strides, {"i32": H},
+                           {"i32": KVH}, {"arg": 6}, {"f32": 1.0 / math.sqrt(D)}])]}}
     return asm.kernel("prefill.attention", body, "own flash prefill attention")
 
 

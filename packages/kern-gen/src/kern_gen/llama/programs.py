@@ -5,7 +5,9 @@ A program is a function of the :class:`.wiring.Inputs`: it walks one captured gr
 needs and finishes the program (dataflow check, workspaces).  :func:`build` makes every
 program in :data:`PROGRAMS` order, which is the manifest's, and merges its projections
 (:mod:`.merge`).  A new program (``draft``, ...) is one function here and one row of
-:data:`PROGRAMS`.
+:data:`PROGRAMS`.  Rows of one call are one sequence (``prefill``, ``decode``, ``verify``) or
+one token of each of B sequences (``batch``): only attention tells them apart, by the caller's
+``kv_lens`` and ``block_table`` (docs/caller-contract.md).
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def verify(g: Inputs) -> Program:
     return w.finish(_whole_forward(w))
 
 
+def batch(g: Inputs) -> Program:
+    """B sequences in one step, one token each (``tokens`` = B rows): the dynamic graph's
+    whole forward as in :func:`verify` (every kernel but attention is per row; the own
+    attention reads each row's keys through its own table row and ``kv_lens``), the greedy
+    token of every row into ``next_token``."""
+    w = wire(g, Cut("batch", g.prefill_group, every_row=True, argmax_out=NEXT_TOKEN))
+    return w.finish(_whole_forward(w))
+
+
 def _whole_forward(w: Wiring) -> list:
     if not any(o.kind == "argmax" for o in w.ops):
         raise WiringError(f"{w.program} (group {w.group}): no argmax at the end of the forward")
@@ -50,7 +61,7 @@ def _whole_forward(w: Wiring) -> list:
 
 
 PROGRAMS: dict[str, Callable[[Inputs], Program]] = {
-    "prefill": prefill, "decode": decode, "verify": verify}
+    "prefill": prefill, "decode": decode, "verify": verify, "batch": batch}
 """Program name -> the function that wires it, as captured (unmerged); manifest order."""
 
 

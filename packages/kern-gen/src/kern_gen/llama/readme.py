@@ -104,8 +104,13 @@ def _decisions(arch: Arch) -> list[str]:
       "kernel signatures).")
     w("- Cache writers load one write slot per row from the capture's per-token `slots` input "
       "(asserted: the sidecar's `slots_ptr` of the forward, not `position_ids`), bound here to "
-      "the i64 `positions` input (one sequence: slot = position). In the dynamic graph the V "
+      "the i64 `slots` input (the caller's choice of KV slot per row: one sequence writes "
+      "slot = position, a batch of sequences their pages' slots). In the dynamic graph the V "
       "write is fused into the k rope + K writer.")
+    w("- The KV states are one **paged pool** (pages of 16 slots): the own attention reads "
+      "row t's key j at slot `block_table[t][j // 16] * 16 + j % 16` and attends to "
+      "`kv_lens[t]` keys (decode, verify, batch); prefill reads table row 0 from `pos0` on. "
+      "Plain single-sequence decoding passes an identity table.")
     for para in arch.readme_decisions:
         w(para)
     w("- prefill stops after the last layer's V-cache write (it fills the state only).")
@@ -116,7 +121,10 @@ def _decisions(arch: Arch) -> list[str]:
       "the final norm, `lm_head` for every row into `verify.*` logits and the own argmax per "
       "row into `predictions` (i64 `[tokens]`). The captured prefill `lm_head` reads only the "
       "last row of the final norm's output (transformers' `logits_to_keep=1`); asserted, then "
-      "multiplied for every row.\n")
+      "multiplied for every row.")
+    w("- **batch** (B sequences, one token each, `tokens` = B): the same kernels as verify "
+      "(every op but attention is per row; attention per row through its own table row) "
+      "with the argmax of every row into `next_token` (i64 `[tokens]`).\n")
     return L
 
 

@@ -18,7 +18,7 @@ from . import falsify as F
 from . import writers as W
 from .arch import EMBED, INV_FREQ
 from .facts import Site
-from .ir import POSITIONS, TOK, Op, Ref, mul
+from .ir import SLOTS, TOK, Op, Ref, mul
 
 if TYPE_CHECKING:
     from .wiring import Wiring
@@ -65,7 +65,7 @@ def bind(w: Wiring, s: Site, role: str, layer: int, where: str, labels: dict[str
             out[nm] = (p, a, "in", _angles(w, a, where))
         elif nm == "slots":
             F.slots_input(w.facts, s, a, where)
-            out[nm] = (p, a, "in", POSITIONS)
+            out[nm] = (p, a, "in", SLOTS)
         elif nm == "norm_w":
             wname = f"model.layers.{layer}.self_attn.{labels['norm_w']}.weight"
             F.weight_is(w.facts, s, (p, 0), wname, where)
@@ -349,7 +349,7 @@ def _cache_writes(w: Wiring, s: Site, layer: int, caches: dict[int, str], where:
 
 
 def wire_v_cache(w: Wiring, s: Site) -> None:
-    """The V-cache write: (positions, v, this layer's V cache)."""
+    """The V-cache write: (slots, v, this layer's V cache)."""
     layer, where = w.enter(s, "v_cache", per_layer=True)
     cfg = w.cfg
     flat = s.flat_ptrs()
@@ -361,7 +361,7 @@ def wire_v_cache(w: Wiring, s: Site) -> None:
     _cache_writes(w, s, layer, {flat[2][0]: "values"}, where)
     vin = w.acts.get(flat[1][1], "bf16", cfg.kv_width, f"L{layer}.v")
     w.ops.append(Op("mined", f"L{layer}.v_cache", s, ptrs={
-        flat[0][0]: ("in", POSITIONS), flat[1][0]: ("in", vin),
+        flat[0][0]: ("in", SLOTS), flat[1][0]: ("in", vin),
         flat[2][0]: ("inout", w.kv.v(layer))}))
     w.last_cache_write = len(w.ops)
 

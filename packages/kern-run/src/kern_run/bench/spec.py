@@ -122,10 +122,10 @@ def verify_cost(rt, k: int) -> dict:
     """GPU ms of back-to-back ``decode`` and ``verify`` (tokens = k + 1) graphs at position
     :data:`.torch_side.PROFILE_POS` (written first: the inputs hold whatever ran last, e.g.
     the end of a 1022-token prefill, where k + 1 more rows would pass a fixed context)."""
-    from ..inputs import Inputs
+    from ..inputs import write_at
     from . import kern_graph_ms
     from .torch_side import PROFILE_POS
-    Inputs(k + 1).write(rt, [1] * (k + 1), PROFILE_POS)
+    write_at(rt, [1] * (k + 1), PROFILE_POS)
     dec = kern_graph_ms(rt, "decode", {"tokens": 1})
     ver = kern_graph_ms(rt, "verify", {"tokens": k + 1})
     return {"decode_ms": dec, "verify_ms": ver, "tokens": k + 1, "ratio": ver / dec}

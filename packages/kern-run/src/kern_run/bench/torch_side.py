@@ -124,9 +124,9 @@ def profile_decode(rt: Any, gpu: int, position: int = PROFILE_POS) -> list[tuple
     """Kernel records ``(name, start_us, dur_us)`` of :data:`.profile.STEPS` back-to-back
     decode steps (``tokens`` = 1) of loaded runtime ``rt`` at ``position`` (written first:
     the inputs would otherwise hold whatever ran last). In this process."""
-    from ..inputs import Inputs
+    from ..inputs import write_at
     from .profile import record_program
-    Inputs(1).write(rt, [1], position)
+    write_at(rt, [1], position)
     return record_program(rt, "decode", {"tokens": 1}, gpu=gpu)
 
 

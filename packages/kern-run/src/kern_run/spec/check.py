@@ -127,6 +127,7 @@ def spec_check(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int
                ngram: tuple[int, int] = DEFAULT_NGRAM, eos: Collection[int] = (),
                eager: bool = False, capacity: int | None = None,
                fixed_context: bool = False, vocab: int | None = None,
+               table_pages: int | None = None,
                proposer: Proposer | None = None, verify_max: int = VERIFY_MAX,
                bug_gap: float = BUG_GAP,
                on_token: Callable[[int], None] | None = None) -> CheckReport:
@@ -135,7 +136,7 @@ def spec_check(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int
     the plain logits there."""
     common: dict = dict(steps=steps, chunk=chunk, max_tokens=max_tokens, eos=eos,
                         eager=eager, capacity=capacity, fixed_context=fixed_context,
-                        vocab=vocab)
+                        vocab=vocab, table_pages=table_pages)
     plain = generate(rt, prompt, **common)
     spec = spec_generate(rt, prompt, k=k, ngram=ngram, proposer=proposer,
                          verify_max=verify_max, on_token=on_token, **common)

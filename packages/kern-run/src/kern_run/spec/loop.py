@@ -40,7 +40,7 @@ import numpy as np
 from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY, VERIFY_MAX
 from ..errors import KernRunError
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
-from ..inputs import Inputs
+from ..inputs import Inputs, table_pages_of
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from .accept import accept_prefix
 from .ngram import DEFAULT_NGRAM, NgramProposer
@@ -90,6 +90,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
                   ngram: tuple[int, int] = DEFAULT_NGRAM, eos: Collection[int] = (),
                   eager: bool = False, capacity: int | None = None,
                   fixed_context: bool = False, vocab: int | None = None,
+                  table_pages: int | None = None,
                   on_token: Callable[[int], None] | None = None, capture: bool = True,
                   proposer: Proposer | None = None, verify_max: int = VERIFY_MAX,
                   clock: Callable[[], float] = time.perf_counter) -> SpecResult:
@@ -120,8 +121,11 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
             rt.capture(VERIFY, {"tokens": w})
         res.capture_s += time.perf_counter() - t
     loop = _Loop(rt, res, proposer, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
-                 eager=eager, capacity=capacity, vocab=vocab, max_tokens=max_tokens,
-                 on_token=on_token, clock=clock)
+                 eager=eager, capacity=capacity, vocab=vocab,
+                 on_token=on_token, clock=clock,
+                 inputs=Inputs(max_tokens, vocab,
+                               table_pages=table_pages or table_pages_of(rt),
+                               capacity=None if fixed_context else capacity))
     loop.run(calls)
     return res
 
@@ -134,18 +138,17 @@ class _Loop:
 
     def __init__(self, rt: RuntimeLike, res: SpecResult, proposer: Proposer, *, steps: int,
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
-                 vocab: int | None, max_tokens: int,
-                 on_token: Callable[[int], None] | None, clock: Callable[[], float]) -> None:
+                 vocab: int | None,
+                 on_token: Callable[[int], None] | None, clock: Callable[[], float],
+                 inputs: Inputs) -> None:
         self.rt, self.res, self.stats, self.proposer = rt, res, res.spec, proposer
         self.steps, self.k, self.eos, self.eager = steps, k, eos, eager
         self.capacity, self.vocab, self.on_token, self.clock = capacity, vocab, on_token, clock
         self.n = n = len(res.prompt)
-        self.inputs = Inputs(max_tokens, vocab)
+        self.inputs = inputs
         size = n + steps + k + 1
         self.seq = np.zeros(size, dtype=np.int64)
         self.seq[:n] = res.prompt
-        self.positions = np.arange(size, dtype=np.int64)
-        self.pos0 = np.zeros(1, dtype=np.int32)
         self.syms = {w: {"tokens": w} for w in range(1, k + 2)}
         self.produced = 0                 # tokens emitted so far (EOS included once emitted)
         self.stream: list[int] = []       # emitted, not yet passed to on_token
@@ -255,10 +258,7 @@ class _Loop:
         self.check_drafts(drafts)
         w, t_start = len(drafts) + 1, self.clock()
         self.seq[p + 1:p + w] = drafts
-        self.pos0[0] = p
-        self.rt.write("token_ids", self.seq[p:p + w])
-        self.rt.write("positions", self.positions[p:p + w])
-        self.rt.write("pos0", self.pos0)
+        self.inputs.write(self.rt, self.seq[p:p + w], p)
         self.rt.run(VERIFY, self.syms[w], graph=not self.eager)
         self.res.calls.append(Call(VERIFY, p, w, not self.eager))
         self.launched()
