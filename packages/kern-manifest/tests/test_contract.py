@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from kern_manifest import KernError, from_obj, load
-from kern_manifest.contract import (DECODE, INPUTS, NEXT_TOKEN, OUTPUTS, POS0, PREFILL, STATE,
-                                    SYMBOL, ContractError, check_manifest)
+from kern_manifest.contract import (ANY, BATCH, BLOCK_TABLE, DECODE, INPUTS, NEXT_TOKEN,
+                                    OUTPUTS, PAGE_TOKENS, POS0, PREFILL, STATE, SYMBOL,
+                                    ContractError, check_batch, check_manifest)
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -26,8 +27,30 @@ def test_examples_meet_the_contract(example, vocab):
     assert info.kv_bytes_fixed == 0 and info.context is None
     assert info.position_limit == m.buffers["positions"].domain.max + 1
     for name, (dtype, shape) in (INPUTS | OUTPUTS).items():
-        assert (m.buffers[name].dtype, list(m.buffers[name].shape)) == (dtype, shape), name
-    assert {PREFILL, DECODE} <= set(m.programs) and set(m.symbols) == {SYMBOL}
+        have = [info.table_pages if d == ANY else d for d in shape]
+        assert (m.buffers[name].dtype, list(m.buffers[name].shape)) == (dtype, have), name
+    # the table addresses every position below the limit, in whole pages
+    assert info.table_pages == -(-info.position_limit // PAGE_TOKENS)
+    assert m.buffers[BLOCK_TABLE].domain.unit == PAGE_TOKENS
+    assert {PREFILL, DECODE, BATCH} <= set(m.programs) and set(m.symbols) == {SYMBOL}
+    check_batch(m)
+
+
+def test_a_manifest_without_batch_is_refused_for_the_engine():
+    doc = json.loads((EXAMPLES / "smollm2-135m" / "manifest.json").read_text())
+    del doc["programs"][BATCH]
+    with pytest.raises(ContractError, match="the engine needs a program `batch`"):
+        check_batch(from_obj(doc))
+
+
+def test_a_table_that_is_not_two_dimensional_is_refused():
+    doc = json.loads((EXAMPLES / "smollm2-135m" / "manifest.json").read_text())
+    doc["buffers"][BLOCK_TABLE]["shape"] = ["tokens"]
+    doc["buffers"][BLOCK_TABLE]["domain"] = {"min": 0}
+    with pytest.raises(ContractError) as e:
+        check_manifest(from_obj(doc))
+    assert e.value.problems[-1].endswith("buffer `block_table` is input i32['tokens']; the "
+                                         "contract needs input i32['tokens', <P>]")
 
 
 def test_a_broken_manifest_is_refused_with_every_deviation():
@@ -45,9 +68,11 @@ def test_a_broken_manifest_is_refused_with_every_deviation():
         "`tokens`)",
         "manifest declares no program `decode`",
         "buffer `pos0` is input i64[1]; the contract needs input i32[1]",
-        "buffer `next_token` is workspace i64[1]; the contract needs output i64[1]",
+        "buffer `next_token` is workspace i64['tokens']; the contract needs output "
+        "i64['tokens']",
         "manifest declares input buffers the caller does not write: `seq_lens` (the "
-        "contract's inputs are `token_ids`, `positions`, `pos0`)"]]
+        "contract's inputs are `token_ids`, `positions`, `slots`, `pos0`, `kv_lens`, "
+        "`block_table`)"]]
     assert isinstance(e.value, KernError) and e.value.exit_code == 2
     assert str(e.value) == "\n".join(e.value.problems)
 

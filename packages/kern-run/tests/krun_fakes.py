@@ -8,21 +8,31 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 
+TABLE_PAGES = 256
+"""The fake manifest's block table: pages of 16 slots per row (4096 positions)."""
+
+
 def contract_manifest(max_tokens: int = 8, vocab: int = 100, extra_inputs: Sequence[str] = (),
                       model: str = "fake-llama", verify: bool = False) -> dict:
     """A tiny manifest that follows the caller contract and verifies (one made-up kernel;
     the fake runtime never launches it)."""
-    params = ["in buffer<i64>", "in buffer<i64>", "in buffer<i32>", "inout ptr",
-              "out buffer<i64>", "out buffer<bf16>", "i32"]
+    params = ["in buffer<i64>", "in buffer<i64>", "in buffer<i64>", "in buffer<i32>",
+              "in buffer<i32>", "in buffer<i32>", "inout ptr", "out buffer<i64>",
+              "out buffer<bf16>", "i32"]
     kern = {"params": params, "impl": {"steps": [{
         "symbol": "fake_step", "params": params, "block": [1, 1, 1], "grid": [1, 1, 1],
         "args": [{"arg": i} for i in range(len(params))]}]}}
-    args = [{"buf": "token_ids"}, {"buf": "positions"}, {"buf": "pos0"}, {"state": "kv"},
+    args = [{"buf": "token_ids"}, {"buf": "positions"}, {"buf": "slots"}, {"buf": "pos0"},
+            {"buf": "kv_lens"}, {"buf": "block_table"}, {"state": "kv"},
             {"buf": "next_token"}, {"buf": "logits"}, {"sym": "tokens"}]
     bufs = {"token_ids": {"dtype": "i64", "shape": ["tokens"], "class": "input"},
             "positions": {"dtype": "i64", "shape": ["tokens"], "class": "input"},
+            "slots": {"dtype": "i64", "shape": ["tokens"], "class": "input"},
             "pos0": {"dtype": "i32", "shape": [1], "class": "input"},
-            "next_token": {"dtype": "i64", "shape": [1], "class": "output"},
+            "kv_lens": {"dtype": "i32", "shape": ["tokens"], "class": "input"},
+            "block_table": {"dtype": "i32", "shape": ["tokens", TABLE_PAGES],
+                            "class": "input"},
+            "next_token": {"dtype": "i64", "shape": ["tokens"], "class": "output"},
             "logits": {"dtype": "bf16", "shape": [1, vocab], "class": "output"}}
     kernels = {"step": kern}
     disp = [{"kernel": "step", "args": args}]
@@ -79,7 +89,7 @@ class FakeRuntime:
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
         self.events.append(("run", program, dict(symbols), graph))
         if program == "decode":
-            pos = int(self.inputs["pos0"][0])
+            pos = int(self.inputs["positions"][0])
             self.fed.append(int(self.inputs["token_ids"][0]))
             i = self.decodes
             self._next = self.fn(pos) if self.fn else (self.script[i] if i < len(self.script)

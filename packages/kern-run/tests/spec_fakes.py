@@ -51,7 +51,8 @@ class Pending:
 
 
 class KVModelRuntime:
-    INPUTS = {"token_ids": np.int64, "positions": np.int64, "pos0": np.int32}
+    INPUTS = {"token_ids": np.int64, "positions": np.int64, "slots": np.int64,
+              "pos0": np.int32, "kv_lens": np.int32, "block_table": np.int32}
 
     def __init__(self, *, vocab: int = 64, capacity: int = 256, max_tokens: int = 16,
                  verify_max: int = 16, model: str = "copy", copy_rate: int = 7,
@@ -69,10 +70,15 @@ class KVModelRuntime:
         self.salt = int(rng.integers(1, 2**62))
         self.ids_mul = (np.arange(vocab, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
         self.kv = np.zeros(capacity, dtype=np.uint64)
+        self.table_pages = -(-capacity // 16)     # read by kern_run.inputs.table_pages_of
         self.kv_tok = np.full(capacity, -1, dtype=np.int64)
         self.buffers = {"token_ids": np.zeros(max(max_tokens, verify_max), np.int64),
                         "positions": np.zeros(max(max_tokens, verify_max), np.int64),
+                        "slots": np.zeros(max(max_tokens, verify_max), np.int64),
                         "pos0": np.zeros(1, np.int32),
+                        "kv_lens": np.zeros(max(max_tokens, verify_max), np.int32),
+                        "block_table": np.zeros((max(max_tokens, verify_max),
+                                                 self.table_pages), np.int32),
                         "next_token": np.zeros(1, np.int64),
                         "logits": np.zeros((1, vocab), np.float32),
                         "predictions": np.zeros(verify_max, np.int64)}
@@ -113,10 +119,11 @@ class KVModelRuntime:
         if name not in self.INPUTS:
             raise Violation(f"write to `{name}`, not an input buffer")
         a = np.asarray(array)
-        if a.dtype != self.INPUTS[name] or a.ndim != 1 or not 1 <= a.size <= \
-                self.buffers[name].size:
+        buf = self.buffers[name]
+        if a.dtype != self.INPUTS[name] or a.ndim != buf.ndim or a.shape[1:] != buf.shape[1:] \
+                or not 1 <= len(a) <= len(buf):
             raise Violation(f"write `{name}`: {a.dtype}{list(a.shape)}")
-        self.buffers[name][:a.size] = a
+        buf[:len(a)] = a
         self.events.append(("write", name, a.tolist()))
 
     def copy(self, dst: str, src: str, symbols=None) -> None:
@@ -144,9 +151,8 @@ class KVModelRuntime:
             self.uncaptured.append((program, t))
         ids = self.buffers["token_ids"][:t].copy()
         pos = self.buffers["positions"][:t].copy()
-        p0 = int(self.buffers["pos0"][0])
-        if pos.tolist() != list(range(p0, p0 + t)):
-            raise Violation(f"{program}: positions {pos.tolist()} with pos0 {p0}")
+        p0 = int(pos[0])
+        self.check_paged(program, pos)
         if p0 + t > self.capacity:
             raise Violation(f"{program} writes position {p0 + t - 1}; capacity {self.capacity}")
         if ids.min() < 0 or ids.max() >= self.vocab:
@@ -174,6 +180,23 @@ class KVModelRuntime:
             end = p0 + t
             self.kv[end:] = self._rng.integers(0, 2**63, self.capacity - end, dtype=np.uint64)
             self.kv_tok[end:] = self._rng.integers(0, self.vocab, self.capacity - end)
+
+    def check_paged(self, program: str, pos: np.ndarray) -> None:
+        """One sequence: consecutive positions, slot = position, the identity table in every
+        row the program reads; pos0 (prefill) and kv_lens = position + 1 (the others)."""
+        t, p0 = len(pos), int(pos[0])
+        b = self.buffers
+        if pos.tolist() != list(range(p0, p0 + t)) or b["slots"][:t].tolist() != pos.tolist():
+            raise Violation(f"{program}: positions {pos.tolist()}, slots "
+                            f"{b['slots'][:t].tolist()}")
+        if program == "prefill" and int(b["pos0"][0]) != p0:
+            raise Violation(f"prefill: pos0 {int(b['pos0'][0])} with positions from {p0}")
+        if program != "prefill" and b["kv_lens"][:t].tolist() != (pos + 1).tolist():
+            raise Violation(f"{program}: kv_lens {b['kv_lens'][:t].tolist()} at {pos.tolist()}")
+        rows = 1 if program == "prefill" else t
+        pages = -(-(p0 + t) // 16)
+        if (b["block_table"][:rows, :pages] != np.arange(pages)).any():
+            raise Violation(f"{program}: block table rows {b['block_table'][:rows].tolist()}")
 
     def _extent(self, name: str, symbols) -> np.ndarray:
         buf = self.buffers[name]

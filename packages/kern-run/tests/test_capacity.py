@@ -3,6 +3,7 @@ default, the largest that fits in free GPU memory otherwise, and every refusal i
 
 from __future__ import annotations
 
+import dataclasses
 import pytest
 from kern_manifest.contract import ContractInfo
 
@@ -35,7 +36,18 @@ def test_nothing_fits():
 
 def test_requested_capacity_is_kept_if_it_fits():
     c = choose(3000, QWEN3, base_bytes=9 * GB, free_bytes=140 * GB)
-    assert (c.limit, c.load) == (3000, 3000) and "--capacity" in c.line()
+    # the pool is whole 16-slot pages: 3000 positions load 3008 slots
+    assert (c.limit, c.load) == (3000, 3008) and "--capacity" in c.line()
+    assert c.kv_bytes == 3008 * QWEN3.kv_bytes_per_token
+
+
+def test_pool_slots_round_to_pages_within_the_limit():
+    from kern_run.capacity import pool_slots
+    assert [pool_slots(n, 64) for n in (1, 16, 17, 33, 64)] == [16, 16, 32, 48, 64]
+    assert [pool_slots(n, 40) for n in (33, 40)] == [32, 32]        # a limit inside a page
+    assert pool_slots(40, 48) == 48 and pool_slots(44, 44) == 32    # never past the limit
+    c = choose(44, dataclasses.replace(QWEN3, position_limit=44))
+    assert (c.limit, c.load) == (32, 32)
 
 
 def test_requested_above_the_position_limit_is_refused():

@@ -27,12 +27,17 @@ def test_order_of_calls_and_inputs():
     assert [a.tolist() for a in writes(rt, "token_ids")] == [[10, 11, 12, 13], [14], [15]]
     assert rt.fed == [15, 50, 51]
     assert [a.tolist() for a in writes(rt, "positions")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
-    assert [a.tolist() for a in writes(rt, "pos0")] == [[0], [4], [5], [6], [7]]
-    assert all(a.dtype == np.int32 for a in writes(rt, "pos0"))
+    # one sequence: slot = position, kv_len = position + 1; pos0 only for host-written calls
+    assert [a.tolist() for a in writes(rt, "slots")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
+    assert [a.tolist() for a in writes(rt, "kv_lens")] == [[1, 2, 3, 4], [5], [6], [7], [8]]
+    assert [a.tolist() for a in writes(rt, "pos0")] == [[0], [4], [5]]
+    assert all(a.dtype == np.int32 for a in writes(rt, "pos0") + writes(rt, "kv_lens"))
+    # the identity table, written once for the most rows a call reads
+    assert [a.tolist() for a in writes(rt, "block_table")] == [[[0]] * 4]
     kinds = [e[0] for e in rt.events if e[0] != "capture"]
-    fed = ["copy", "write", "write", "run", "read_async"]
-    assert kinds == (["write"] * 3 + ["run"]) * 2 + ["sync"] + ["write"] * 3 + ["run"] + \
-        ["read_async"] + fed + ["wait"] + fed + ["wait", "wait"]
+    fed = ["copy", "write", "write", "write", "run", "read_async"]
+    assert kinds == ["write"] + (["write"] * 5 + ["run"]) * 2 + ["sync"] + ["write"] * 5 + \
+        ["run", "read_async"] + fed + ["wait"] + fed + ["wait", "wait"]
     assert res.decode_tokens == 2 and res.produced == 3
 
 

@@ -90,8 +90,12 @@ def test_call_symbols():
 
 
 def test_input_bytes():
-    arrs = call_inputs([5, 6, 7], 10)
-    assert set(arrs) == {"token_ids", "positions", "pos0"}
+    arrs = call_inputs([5, 6, 7], 10, table_pages=3)
+    assert set(arrs) == {"token_ids", "positions", "slots", "pos0", "kv_lens", "block_table"}
+    assert arrs["slots"].tobytes() == arrs["positions"].tobytes()
+    assert arrs["kv_lens"].dtype == np.dtype("<i4") and arrs["kv_lens"].tolist() == [11, 12, 13]
+    assert arrs["block_table"].dtype == np.dtype("<i4")
+    assert arrs["block_table"].tolist() == [[0, 1, 2]] * 3
     assert arrs["token_ids"].dtype == np.dtype("<i8")
     assert arrs["token_ids"].tobytes() == b"".join(i.to_bytes(8, "little") for i in (5, 6, 7))
     assert arrs["positions"].tobytes() == b"".join(i.to_bytes(8, "little") for i in (10, 11, 12))
@@ -106,6 +110,24 @@ def test_inputs_are_prefix_views_and_reusable():
     b = inp.fill([9], 4)
     assert b["token_ids"].tolist() == [9] and b["positions"].tolist() == [4]
     assert b["pos0"].tolist() == [4]
+
+
+class _Rec:
+    def __init__(self) -> None:
+        self.log: list = []
+
+    def write(self, name, array) -> None:
+        self.log.append((name, np.array(array)))
+
+
+def test_identity_table_is_written_once_per_row_count_and_stops_at_the_capacity():
+    rec, inp = _Rec(), Inputs(8, table_pages=6, capacity=40)   # 40 positions: pages 0..2
+    inp.write(rec, [1], 0)
+    inp.write(rec, [1, 2, 3], 1)
+    inp.write(rec, [4, 5], 4)                                   # fewer rows: not rewritten
+    tables = [a for n, a in rec.log if n == "block_table"]
+    assert [t.tolist() for t in tables] == [[[0, 1, 2, 0, 0, 0]],
+                                            [[0, 1, 2, 0, 0, 0]] * 3]
 
 
 def test_inputs_refuse_bad_calls():

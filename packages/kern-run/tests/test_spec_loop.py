@@ -211,12 +211,12 @@ def test_fallback_after_a_round_restarts_the_pipeline():
     after = kinds[i:]
     assert after[:2] == [("run", "verify"), ("wait", "predictions")]
     # the anchor's decode is written by the host (verify does not write next_token) …
-    assert after[2:6] == [("write", "token_ids"), ("write", "positions"), ("write", "pos0"),
-                          ("run", "decode")]
+    assert after[2:8] == [("write", "token_ids"), ("write", "positions"), ("write", "slots"),
+                          ("write", "pos0"), ("write", "kv_lens"), ("run", "decode")]
     # … and the next step is fed and queued before that decode's token is read
-    assert after[6:10] == [("copy", "token_ids"), ("write", "positions"), ("write", "pos0"),
-                           ("run", "decode")]
-    assert after[10] == ("wait", "next_token")
+    assert after[8:13] == [("copy", "token_ids"), ("write", "positions"), ("write", "slots"),
+                           ("write", "kv_lens"), ("run", "decode")]
+    assert after[13] == ("wait", "next_token")
     assert spec.spec.fallbacks == 1
 
 

@@ -92,8 +92,10 @@ def test_profile_decode_sets_the_decode_position_first(monkeypatch):
     monkeypatch.setattr(prof_mod, "record_program", fake_record)
     assert profile_decode(FakeRt(), 3) == [("k", 0.0, 1.0)]
     p = PROFILE_POS
-    assert calls == [("token_ids", "int64", [1]), ("positions", "int64", [p]),
-                     ("pos0", "int32", [p]), ("record", "decode", {"tokens": 1}, 3)]
+    assert calls == [("block_table", "int32", [[0]]), ("token_ids", "int64", [1]),
+                     ("positions", "int64", [p]), ("slots", "int64", [p]),
+                     ("pos0", "int32", [p]), ("kv_lens", "int32", [p + 1]),
+                     ("record", "decode", {"tokens": 1}, 3)]
 
 
 def test_profile_in_child_spec(monkeypatch, tmp_path):

@@ -109,10 +109,12 @@ class Inputs:
 
 
 def table_pages_of(rt: object) -> int:
-    """P of a loaded runtime's manifest (``rt.vm``); 1 for a runtime without one (the test
-    fakes, whose tables are one page wide)."""
+    """P of a loaded runtime's manifest (``rt.vm``), or the ``table_pages`` a runtime-like
+    object states (the test fakes); 1 for one that says neither."""
     vm = getattr(rt, "vm", None)
-    return int(vm.manifest.buffers[BLOCK_TABLE].shape[1]) if vm is not None else 1
+    if vm is not None:
+        return int(vm.manifest.buffers[BLOCK_TABLE].shape[1])
+    return int(getattr(rt, "table_pages", 1))
 
 
 def write_at(rt, ids: Sequence[int], pos0: int) -> None:
