@@ -92,7 +92,7 @@ def test_example_verifies_and_pins_every_cubin(name):
             assert hashlib.sha256(data).hexdigest() == s.sha256, s.cubin
             used.add(s.cubin)
     assert used == {p.name for p in (out / "kernels").iterdir()}
-    assert set(m.programs) == {"prefill", "decode", "verify"}
+    assert set(m.programs) == {"prefill", "decode", "verify", "batch"}
     cfg = json.loads((out / "config.json").read_text())
     assert len(m.states) == 2 * cfg["num_hidden_layers"]
     assert all(st.bytes_per_token > 0 and not st.bytes_fixed for st in m.states.values())
@@ -248,8 +248,10 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     grid = SPLIT_GROWTH * splits
     assert impl["scratch"]["part_ml"]["shape"][2] == impl["scratch"]["part_acc"]["shape"][2] == grid
     partial, reduce = impl["steps"]
-    assert partial["grid"][1] == grid and partial["args"][-1] == {"i32": splits}
+    assert partial["grid"][1] == grid and partial["args"][-2] == {"i32": splits}
     assert reduce["args"][-2:] == [{"i32": grid}, {"i32": splits}]
+    # the table's row stride is the block_table buffer's width
+    assert partial["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -263,7 +265,8 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     strip = lambda d: (d["label"], d["kernel"] if "attention" not in d["kernel"] else "attn")
     assert [strip(d) for d in ver[:len(pre)]] == [strip(d) for d in pre]
     assert all(a.get("buf", "").startswith(("verify.", "model.", "token_ids", "positions",
-                                            "pos0", "predictions")) for d in ver for a in d["args"]
+                                            "slots", "pos0", "kv_lens", "block_table",
+                                            "predictions")) for d in ver for a in d["args"]
                if "buf" in a), "verify must not touch prefill's or decode's workspaces"
     lm, am = ver[-2], ver[-1]
     assert lm["kernel"] == "gemm" and lm["args"][3] == {"sym": "tokens"}
@@ -281,6 +284,30 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     assert [s["symbol"] for s in attn["steps"]] == [s["symbol"] for s in dec["steps"]]
     ag = m["kernels"][am["kernel"]]["impl"]["steps"]
     assert ag[0]["grid"][0] == {"sym": "tokens"} and ag[1]["grid"][0] == {"sym": "tokens"}
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_batch_program_is_verify_with_every_rows_token_in_next_token(name):
+    """batch = verify's dispatches on the same kernels (workspaces of its own), each row's
+    attention through its own table row and kv_len, the per-row argmax into `next_token`
+    [tokens]; attention reads no `pos0` (rows are different sequences)."""
+    m = json.loads((_preset(name)[2] / "manifest.json").read_text())
+    ver = m["programs"]["verify"]["dispatches"]
+    bat = m["programs"]["batch"]["dispatches"]
+    assert [(d["label"], d["kernel"]) for d in bat] == [(d["label"], d["kernel"]) for d in ver]
+    rename = lambda a: {"buf": a["buf"].replace("verify.", "batch.", 1)} \
+        if a.get("buf", "").startswith("verify.") else a
+    for b, v in zip(bat[:-1], ver[:-1]):
+        assert b["args"] == [rename(a) for a in v["args"]], b["label"]
+    assert bat[-1]["args"] == [rename(ver[-1]["args"][0]), {"buf": "next_token"}]
+    assert m["buffers"]["next_token"] == {"dtype": "i64", "shape": ["tokens"],
+                                          "class": "output"}
+    attn = [d for d in bat if d["kernel"] == "verify.attention"]
+    layers = sum(d["kernel"] == "decode.attention" for d in m["programs"]["decode"]["dispatches"])
+    assert len(attn) == layers > 0
+    for d in attn:
+        assert {"buf": "kv_lens"} in d["args"] and {"buf": "block_table"} in d["args"]
+        assert {"buf": "pos0"} not in d["args"]
 
 
 def test_refuses_lm_head_not_reading_the_final_norms_last_row(mined_json, tmp_path):

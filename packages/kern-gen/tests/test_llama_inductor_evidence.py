@@ -349,15 +349,17 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     ast, adisp = _attn(program)
     qbuf = disp["args"][[n for n, _ in tk.sig].index(dst)]
     assert adisp["args"][0] == qbuf, "the own attention reads q where q rope wrote it"
-    qrs = ast["args"][6 if program == "decode" else 5]["i32"]
+    # ABI.md 3a/3b: decode (q, k, v, kv_lens, block_table, part_ml, part_acc, q_row_stride,
+    # 4 strides, ...); prefill (q, k, v, pos0, block_table, out, q_row_stride, 4 strides, ...)
+    qrs = ast["args"][7 if program == "decode" else 6]["i32"]
     t_, h_, d_ = np.meshgrid(np.arange(T), np.arange(H), np.arange(D), indexing="ij")
     got = q_rot[t_ * qrs + h_ * D + d_].transpose(1, 0, 2)
     np.testing.assert_allclose(got, q_ref, rtol=1e-12, atol=1e-12)
 
     # --- K: k rope fused with the cache write; V: its own writer (decode) or fused into the
     # K writer (prefill); every row t is stored at the slot the kernel loads from `slots[t]`
-    kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(7, 11)) if program == "decode" \
-        else (ast["args"][i]["i64"] for i in range(6, 10))
+    kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(8, 12)) if program == "decode" \
+        else (ast["args"][i]["i64"] for i in range(7, 11))
     tk, st, disp = _by_role(program, "k_rope_cache")
     names = dict(zip(LLAMA_LAYOUT[("k_rope_cache", program == "decode")],
                      (n for n, t in tk.sig if t.startswith("*"))))
@@ -373,7 +375,7 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
         env = _grid_env(tk, graph_of(program), T)
         pnames = [n for n, _ in tk.sig]
         assert dict(tk.sig)[slot_ptr] == "*i64"
-        assert disp["args"][pnames.index(slot_ptr)] == {"buf": "positions"}
+        assert disp["args"][pnames.index(slot_ptr)] == {"buf": "slots"}
         cache_arg = disp["args"][pnames.index(cache_ptr)]
         assert cache_arg == adisp["args"][1 if is_k else 2], f"{program} {role}: cache base"
         in_idx = _ev(_access(tk, "load", src), env)
