@@ -34,7 +34,7 @@ from kern_manifest.contract import BATCH, DECODE, NEXT_TOKEN, PREFILL, SYMBOL, T
 from .api import (FINISH_ABORT, FINISH_ERROR, EngineConfig, EngineStats, Request, TokenEvent)
 from .batchio import BatchInputs
 from .checks import check_config, check_request
-from .pages import PagePool, pages_for
+from .pages import PageError, PagePool, pages_for
 from .scheduler import Chunk, Scheduler
 from .sequence import FINISHED, RUNNING, WAITING, Sequence
 
@@ -107,6 +107,8 @@ class Engine:
             for c in self.sched.prefill_plan():
                 self._prefill(c)
             waited = self._decode(events)
+        except PageError:
+            raise                       # the engine's own bookkeeping: a bug, not the device
         except KernError as err:
             events += self._fail(err)
         if events or self._flight is not None:
