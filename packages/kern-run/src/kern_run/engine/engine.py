@@ -126,6 +126,16 @@ class Engine:
         st.host_ms_per_step = 1000 * self._host_s / st.steps if st.steps else 0.0
         return st
 
+    def warmup(self) -> float:
+        """Capture every graph the engine can replay (each bucket's decode/batch, the full
+        prefill chunk) now rather than at first use; returns the milliseconds it took."""
+        before = self._st.capture_ms
+        if self.cfg.graphs:
+            for b in self.buckets:
+                self._capture(DECODE if b == 1 else BATCH, b)
+            self._capture(PREFILL, self.chunk)
+        return self._st.capture_ms - before
+
     def close(self) -> None:
         """Close the runtime (if it has ``close``)."""
         close = getattr(self.rt, "close", None)
