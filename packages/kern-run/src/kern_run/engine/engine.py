@@ -111,9 +111,9 @@ class Engine:
             raise                       # the engine's own bookkeeping: a bug, not the device
         except KernError as err:
             events += self._fail(err)
-        if events or self._flight is not None:
+        if events or self._flight is not None:        # an idle call is not a step
             self._st.steps += 1
-        self._host_s += time.perf_counter() - t0 - waited
+            self._host_s += time.perf_counter() - t0 - waited
         return events
 
     def stats(self) -> EngineStats:
