@@ -74,13 +74,26 @@ def test_slot_beyond_the_pool_is_refused():
         one_row(rt, 1, 0, [2, 0])                         # page 2 = slots 32…47
 
 
-def test_plain_mode_runs_generate_and_written_inputs_win():
+def test_plain_mode_runs_generate():
     rt = FakePagedRuntime(256, max_tokens=8, vocab=50, plain=True)
     r = generate(rt, [1, 2, 3, 4, 5], steps=6, chunk=4, max_tokens=8, vocab=50)
     assert len(r.tokens) == 6
     again = generate(FakePagedRuntime(256, max_tokens=8, vocab=50, plain=True, seed=3),
                      [1, 2, 3, 4, 5], steps=6, chunk=4, max_tokens=8, vocab=50)
     assert again.tokens == r.tokens                       # the poison is never read
-    strict = FakePagedRuntime(256, max_tokens=8, vocab=50)
-    with pytest.raises(FakeRuntimeError):                 # slots never written: all 0
-        generate(strict, [1, 2, 3], steps=2, chunk=4, max_tokens=8, vocab=50)
+
+
+def test_plain_mode_fills_in_only_inputs_never_written():
+    def run(rt, write_slots):
+        rt.write("token_ids", np.array([4, 5], np.int64))
+        rt.write("positions", np.array([16, 17], np.int64))
+        if write_slots:
+            rt.write("slots", np.array([0, 0], np.int64))
+        rt.run("prefill", {"tokens": 2})
+    plain = FakePagedRuntime(64, max_tokens=4, plain=True)
+    run(plain, write_slots=False)                         # slot = position, identity table
+    assert plain.kv[16:18].tolist() == kv_value(np.array([4, 5]), np.array([16, 17])).tolist()
+    with pytest.raises(FakeRuntimeError, match="slot 0 is not position"):
+        run(FakePagedRuntime(64, max_tokens=4, plain=True), write_slots=True)   # written: wins
+    with pytest.raises(FakeRuntimeError, match="slot 0 is not position"):
+        run(FakePagedRuntime(64, max_tokens=4), write_slots=False)  # strict: slots all 0

@@ -69,14 +69,17 @@ class ConcurrencyResult:
 
 
 def plain_runs(rt, prompts: Sequence[Sequence[int]], *, steps: int, chunk: int,
-               max_tokens: int, vocab: int | None, clock: Callable[[], float] = time.perf_counter
+               max_tokens: int, vocab: int | None, capacity: int | None = None,
+               clock: Callable[[], float] = time.perf_counter
                ) -> tuple[list[list[int]], float]:
-    """(tokens per prompt, seconds) of plain greedy generation, one prompt at a time."""
+    """(tokens per prompt, seconds) of plain greedy generation, one prompt at a time;
+    ``capacity``: the pool's slots (the plain path's identity table stops there)."""
     from ..generate import generate
     outs, secs = [], 0.0
     for p in prompts:
         t0 = clock()
-        r = generate(rt, p, steps=steps, chunk=chunk, max_tokens=max_tokens, vocab=vocab)
+        r = generate(rt, p, steps=steps, chunk=chunk, max_tokens=max_tokens, vocab=vocab,
+                     capacity=capacity)
         secs += clock() - t0 - r.capture_s
         outs.append(r.tokens)
     return outs, secs
@@ -137,7 +140,8 @@ def measure(rt, cfg: EngineConfig, prompts: Sequence[Sequence[int]], *, steps: i
     """Plain first, then each concurrency; with ``check``: per concurrency, the prompts whose
     engine output differs from the plain one, ``{prompt index: first differing index}``."""
     plain, plain_s = plain_runs(rt, prompts, steps=steps, chunk=cfg.chunk,
-                                max_tokens=cfg.max_tokens, vocab=cfg.vocab, clock=clock)
+                                max_tokens=cfg.max_tokens, vocab=cfg.vocab,
+                                capacity=cfg.capacity, clock=clock)
     plain_tokens = sum(len(t) for t in plain)
     out: dict[str, Any] = {"prompts": len(prompts), "steps": steps,
                            "plain": {"tokens": plain_tokens, "seconds": plain_s,
