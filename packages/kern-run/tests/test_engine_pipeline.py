@@ -240,3 +240,15 @@ def test_fake_refuses_a_slot_outside_the_rows_table():
     with pytest.raises(FakeRuntimeError, match="row 0"):
         rt.run("decode", {"tokens": 1})
     assert np.all(rt.buffers["kv_lens"][:1] == 2)
+
+
+def test_stats_is_a_snapshot():
+    engine = make_engine(capacity=16 * 10, eos=frozenset())
+    engine.submit(Request("a", (1,), 3))
+    before = engine.stats()
+    before.step_counts[99] = 1
+    run_all(engine)
+    after = engine.stats()
+    assert before.waiting == 1 and before.steps == 0
+    assert 99 not in after.step_counts and after.waiting == 0
+    assert (after.decode_steps, after.steps) == (3, 4)    # the 4th step only reads the 3rd

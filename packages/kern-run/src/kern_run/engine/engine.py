@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kern_manifest import KernError
 from kern_manifest.contract import BATCH, DECODE, NEXT_TOKEN, PREFILL, SYMBOL, TOKEN_IDS
@@ -117,14 +117,15 @@ class Engine:
         return events
 
     def stats(self) -> EngineStats:
+        """A snapshot (the caller may keep or change it)."""
         st = self._st
-        st.running, st.waiting = len(self.sched.running), len(self.sched.waiting)
-        st.pages_reserved = self.pool.held_count
-        st.pages_used = sum(pages_for(s.written) for s in self.sched.running)
-        st.step_ms = {b: 1000 * statistics.median(v) for b, v in sorted(self._times.items())}
-        st.step_counts = dict(sorted(st.step_counts.items()))
-        st.host_ms_per_step = 1000 * self._host_s / st.steps if st.steps else 0.0
-        return st
+        return replace(
+            st, running=len(self.sched.running), waiting=len(self.sched.waiting),
+            pages_reserved=self.pool.held_count,
+            pages_used=sum(pages_for(s.written) for s in self.sched.running),
+            step_ms={b: 1000 * statistics.median(v) for b, v in sorted(self._times.items())},
+            step_counts=dict(sorted(st.step_counts.items())),
+            host_ms_per_step=1000 * self._host_s / st.steps if st.steps else 0.0)
 
     def warmup(self) -> float:
         """Capture every graph the engine can replay (each bucket's decode/batch, the full
