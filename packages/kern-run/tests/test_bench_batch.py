@@ -51,9 +51,26 @@ def test_a_divergence_is_reported_with_its_first_index(monkeypatch):
     monkeypatch.setattr(B, "plain_runs", off)
     data = B.measure(rt, cfg, prompts, steps=6, concurrency=(4,), check=True)
     assert data["engine"][0]["divergences"] == {2: 3}
+    # the plain run's top-1/top-2 gap where it chose token 3 (the fake's logits: the
+    # token at 2, the rest below 1)
+    gap = data["engine"][0]["gaps"][2]
+    assert 1.0 < gap <= 2.0
     rep = Report()
     B.batch_rows(rep, "b", data)
-    assert "identical 2/3; first differing index #2@3" in rep.table()
+    assert f"identical 2/3; first differing index (plain gap) #2@3 ({gap:.3f})" in rep.table()
+
+
+def test_qwen3_batch_needs_its_manifest_and_id_prompts(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from kern_run import runner
+    from kern_run.cli import app
+    monkeypatch.setattr(runner, "probe_gpu", lambda: (True, ""))
+    r = CliRunner().invoke(app, ["bench", "--batch", "--qwen3", str(tmp_path)])
+    assert r.exit_code == 2 and "no manifest.json there" in r.stderr
+    (tmp_path / "manifest.json").write_text("{}")
+    r = CliRunner().invoke(app, ["bench", "--batch", "--qwen3", str(tmp_path)])
+    assert r.exit_code == 2 and "give --prompt-source ids" in r.stderr
 
 
 def test_in_flight_is_bounded_by_the_pool():

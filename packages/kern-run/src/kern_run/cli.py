@@ -110,7 +110,7 @@ def bench_command(
     from .runner import probe_gpu
     if batch:
         return _bench_batch(prompts, prompt_len, prompt_source, concurrency, check, steps, gpu,
-                            json_out)
+                            json_out, qwen3)
     try:
         cases = list(case or [])
         bad = [c for c in cases if c not in ("smollm2", "qwen3")]
@@ -149,7 +149,8 @@ def bench_command(
 
 
 def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[int] | None,
-                 check: bool, steps: int, gpu: int, json_out: Path | None) -> None:
+                 check: bool, steps: int, gpu: int, json_out: Path | None,
+                 qwen3: Path | None = None) -> None:
     import json
 
     from .bench.batch import CONCURRENCY, check_batch_options, run_batch
@@ -159,10 +160,18 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
         check_batch_options(prompts, prompt_len, source, conc)
         if steps < 1:
             raise KernRunError(f"--steps must be at least 1 (got {steps})")
+        if qwen3 is not None:
+            if not (qwen3 / "manifest.json").is_file():
+                raise KernRunError(f"--qwen3 `{qwen3}`: no manifest.json there")
+            if source != "ids":
+                raise KernRunError("--batch --qwen3 runs seeded random weights: give "
+                                   "--prompt-source ids")
         ok, why = probe_gpu()
         if not ok:
             raise NoGpuError(f"no usable GPU here ({why}); kern-run bench needs an NVIDIA GPU")
-        report = run_batch(RunOptions(gpu=gpu), prompts=prompts, prompt_len=prompt_len,
+        from .bench.batch import qwen3_options
+        opts = qwen3_options(qwen3, gpu) if qwen3 is not None else RunOptions(gpu=gpu)
+        report = run_batch(opts, prompts=prompts, prompt_len=prompt_len,
                            source=source, steps=steps, concurrency=conc, check=check)
     except Exception as err:
         _fail(err)

@@ -7,7 +7,8 @@ It implements :class:`kern_run.generate.RuntimeLike` over the contract's buffers
 
 1. every row t writes ``kv[slots[t]] = h(token_ids[t], positions[t])``;
 2. ``decode`` / ``batch``: ``next_token[t] = H(kv at keys 0 … kv_lens[t] − 1 of row t, in
-   order) % vocab``, key j of row t at slot ``block_table[t][j // 16] * 16 + j % 16``.
+   order) % vocab``, key j of row t at slot ``block_table[t][j // 16] * 16 + j % 16``;
+   ``decode`` also writes ``logits`` [1, vocab] (f32 below 1, the token's at 2).
 
 So the token depends on the whole (token, position) history a row reads: a wrong slot, a
 stale or foreign page, a wrong kv_len or cross-talk between rows changes it (unwritten slots,
@@ -26,7 +27,7 @@ program, tokens, graph), ("read_async", name, rows), ("wait", name), ("read", na
 from __future__ import annotations
 
 import numpy as np
-from kern_manifest.contract import (BATCH, BLOCK_TABLE, DECODE, KV_LENS, NEXT_TOKEN,
+from kern_manifest.contract import (BATCH, BLOCK_TABLE, DECODE, KV_LENS, LOGITS, NEXT_TOKEN,
                                     PAGE_TOKENS, POS0, POSITIONS, PREFILL, SLOTS, SYMBOL,
                                     TOKEN_IDS)
 
@@ -90,7 +91,7 @@ class FakePagedRuntime:
             SLOTS: np.zeros(t, np.int64), POS0: np.zeros(1, np.int32),
             KV_LENS: np.zeros(t, np.int32),
             BLOCK_TABLE: np.zeros((t, self.table_pages), np.int32),
-            NEXT_TOKEN: np.zeros(t, np.int64)}
+            NEXT_TOKEN: np.zeros(t, np.int64), LOGITS: np.zeros((1, vocab), np.float32)}
         self.inputs = (TOKEN_IDS, POSITIONS, SLOTS, POS0, KV_LENS, BLOCK_TABLE)
         self.written: set[str] = set()
         self.captured: set[tuple[str, int]] = set()
@@ -147,7 +148,12 @@ class FakePagedRuntime:
         for t in range(n):
             j = np.arange(int(lens[t]), dtype=np.int64)
             keys = table[t, j // PAGE_TOKENS].astype(np.int64) * PAGE_TOKENS + j % PAGE_TOKENS
-            out[t] = fold(self.kv[keys]) % self.vocab
+            h = fold(self.kv[keys])
+            out[t] = h % self.vocab
+        if program == DECODE:      # logits in [0, 1), the token's at 2: its row's argmax
+            lg = (mix(np.arange(self.vocab, dtype=np.uint64) ^ np.uint64(h)) >> np.uint64(40))
+            self.buffers[LOGITS][0] = lg.astype(np.float32) / np.float32(2**24)
+            self.buffers[LOGITS][0, out[0]] = 2.0
 
     def read_async(self, name: str, symbols: dict[str, int] | None = None) -> FakeRead:
         rows = self._tokens(symbols, f"read `{name}`")
@@ -155,7 +161,7 @@ class FakePagedRuntime:
         return FakeRead(self, name, self.buffers[name][:rows].copy())
 
     def read(self, name: str, symbols: dict[str, int] | None = None) -> np.ndarray:
-        rows = self._tokens(symbols, f"read `{name}`")
+        rows = 1 if name == LOGITS else self._tokens(symbols, f"read `{name}`")
         self.log.append(("read", name))
         return self.buffers[name][:rows].copy()
 
