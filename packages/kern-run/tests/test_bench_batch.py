@@ -39,6 +39,20 @@ def test_measure_engine_equals_plain_at_every_concurrency():
     assert "identical 6/6" in table
 
 
+def test_the_plain_baseline_may_cover_the_first_prompts_only():
+    rt, cfg = setup()
+    prompts = B.id_prompts(5, 7, VOCAB)
+    data = B.measure(rt, cfg, prompts, steps=4, concurrency=(4,), check=True,
+                     plain_prompts=2)
+    assert (data["plain_prompts"], data["plain"]["tokens"]) == (2, 8)
+    r = data["engine"][0]
+    assert r["tokens"] == 20 and r["divergences"] == {}
+    rep = Report()
+    B.batch_rows(rep, "b", data)
+    assert "plain batch-1 (2 prompts x 4 tokens)" in rep.table()
+    assert "identical 2/2" in rep.table()
+
+
 def test_a_divergence_is_reported_with_its_first_index(monkeypatch):
     rt, cfg = setup()
     prompts = B.id_prompts(3, 5, VOCAB)

@@ -147,14 +147,17 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def measure(rt, cfg: EngineConfig, prompts: Sequence[Sequence[int]], *, steps: int,
             concurrency: Sequence[int] = CONCURRENCY, check: bool = False,
+            plain_prompts: int | None = None,
             clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Plain first, then each concurrency; with ``check``: per concurrency, the prompts whose
-    engine output differs from the plain one, ``{prompt index: first differing index}``."""
-    plain, plain_s = plain_runs(rt, prompts, steps=steps, chunk=cfg.chunk,
+    """Plain first (over the first ``plain_prompts`` prompts, default all: its tok/s is the
+    baseline), then each concurrency over all prompts; with ``check``: per concurrency, the
+    prompts run both ways whose engine output differs from the plain one, ``{prompt index:
+    first differing index}``, and the plain run's logit gap there."""
+    plain, plain_s = plain_runs(rt, prompts[:plain_prompts], steps=steps, chunk=cfg.chunk,
                                 max_tokens=cfg.max_tokens, vocab=cfg.vocab,
                                 capacity=cfg.capacity, clock=clock)
     plain_tokens = sum(len(t) for t in plain)
-    out: dict[str, Any] = {"prompts": len(prompts), "steps": steps,
+    out: dict[str, Any] = {"prompts": len(prompts), "plain_prompts": len(plain), "steps": steps,
                            "plain": {"tokens": plain_tokens, "seconds": plain_s,
                                      "tok_s": plain_tokens / plain_s if plain_s else 0.0},
                            "engine": []}
@@ -175,7 +178,8 @@ def measure(rt, cfg: EngineConfig, prompts: Sequence[Sequence[int]], *, steps: i
 def batch_rows(rep, case: str, data: dict[str, Any]) -> None:
     """Table rows of :func:`measure`'s result into report ``rep`` (:class:`.Report`)."""
     pl = data["plain"]
-    rep.add(case, f"plain batch-1 ({data['prompts']} prompts x {data['steps']} tokens)",
+    rep.add(case, f"plain batch-1 ({data.get('plain_prompts', data['prompts'])} prompts x "
+                  f"{data['steps']} tokens)",
             f"{pl['tok_s']:,.1f} tok/s")
     for r in data["engine"]:
         steps = ", ".join(f"B{b} {ms:.3f}" for b, ms in r["step_ms"].items())
@@ -183,7 +187,8 @@ def batch_rows(rep, case: str, data: dict[str, Any]) -> None:
         if "divergences" in r:
             d = r["divergences"]
             gaps = r.get("gaps", {})
-            note += (f"; identical {data['prompts'] - len(d)}/{data['prompts']}"
+            both = data.get("plain_prompts", data["prompts"])
+            note += (f"; identical {both - len(d)}/{both}"
                      + ("" if not d else "; first differing index (plain gap) "
                         + ", ".join(f"#{i}@{k}" + (f" ({gaps[i]:.3f})" if i in gaps else "")
                                     for i, k in sorted(d.items())[:8])))
@@ -227,7 +232,7 @@ def qwen3_options(qwen3_dir, gpu: int):
 
 
 def run_batch(opts, *, prompts: int, prompt_len: int, source: str, steps: int,
-              concurrency: Sequence[int], check: bool):
+              concurrency: Sequence[int], check: bool, plain_prompts: int | None = None):
     """The GPU side of ``kern-run bench --batch`` on the model of ``opts`` (a
     :class:`kern_run.runner.RunOptions`; empty: the bundled default): a :class:`.Report`."""
     from ..engine import open_engine
@@ -238,7 +243,8 @@ def run_batch(opts, *, prompts: int, prompt_len: int, source: str, steps: int,
         e = opened.engine
         ids = (text_prompts(opened.tokenizer, prompts, prompt_len) if source == "text"
                else id_prompts(prompts, prompt_len, e.cfg.vocab))
-        data = measure(e.rt, e.cfg, ids, steps=steps, concurrency=concurrency, check=check)
+        data = measure(e.rt, e.cfg, ids, steps=steps, concurrency=concurrency, check=check,
+                       plain_prompts=plain_prompts)
     finally:
         opened.engine.close()
     data["model"] = opened.info.model
