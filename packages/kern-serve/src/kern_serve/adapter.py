@@ -84,42 +84,140 @@ def snapshot(built: Built) -> Snapshot:
     gpu = built.gpu_bytes() if built.gpu_bytes is not None else 0
     return Snapshot(running=s.running, waiting=s.waiting, pages_total=s.pages_total,
                     pages_reserved=s.pages_reserved, pages_used=s.pages_used, steps=s.steps,
-                    gpu_bytes=gpu)
+                    gpu_bytes=gpu, host_ms_per_step=s.host_ms_per_step,
+                    step_ms={int(k): float(v) for k, v in s.step_ms.items()})
 
 
-def step_timing(built: Built, before: Any, after: Any) -> tuple[int, float | None]:
-    """(bucket, host seconds) of the step between two ``stats()``; (0, None) when the
-    engine's stats do not say."""
-    return _stat_delta(before, after)
+def bucket_of(buckets: list[int], rows: int) -> int:
+    """The batch bucket a decode step of ``rows`` rows ran in (the engine pads up to the
+    smallest bucket that holds them); 0 for a step without decode rows."""
+    if rows <= 0:
+        return 0
+    return next((b for b in buckets if b >= rows), buckets[-1] if buckets else rows)
 
 
-def _stat_delta(before: Any, after: Any) -> tuple[int, float | None]:
-    b = getattr(after, "last_bucket", 0) or 0
-    h = getattr(after, "last_host_s", None)
-    return int(b), h
+def context_of(cfg: Any) -> int:
+    """Prompt + max_tokens one sequence may take: the engine's refusal rules
+    (``kern_run.engine.checks``): the model's limit and the pool less its pad page."""
+    from kern_run.engine.checks import model_limit
+    from kern_manifest.contract import PAGE_TOKENS
+    lim, _ = model_limit(cfg)
+    pool = cfg.capacity - PAGE_TOKENS
+    return pool if lim is None else min(lim, pool)
+
+
+def _built(engine: Any, model: str, *, capture_s: float = 0.0, pool_bytes: int = 0,
+           gpu_bytes: Callable[[], int] | None = None) -> Built:
+    from kern_manifest.contract import PAGE_TOKENS
+    from kern_run.engine import default_buckets
+    cfg = engine.cfg
+    buckets = list(cfg.buckets or default_buckets(cfg.max_seqs))
+    context = context_of(cfg)
+    return Built(engine=engine, model=model, vocab=cfg.vocab or 0, context=context,
+                 max_tokens=context, pages_total=engine.stats().pages_total,
+                 page_tokens=PAGE_TOKENS, pool_bytes=pool_bytes, max_seqs=cfg.max_seqs,
+                 buckets=buckets, capture_s=capture_s, gpu_bytes=gpu_bytes, close=engine.close)
+
+
+def warm_up(engine: Any, buckets: list[int], chunk: int) -> float:
+    """Run every batch bucket (and one full prefill chunk) once so that their CUDA graphs are
+    captured before the first request; returns the capture seconds the engine reports.
+    Best effort: buckets larger than the pool can hold at once run smaller."""
+    from kern_run.engine import Request
+    pages = engine.stats().pages_total
+    for n, b in enumerate(buckets):
+        rows = min(b, pages)
+        for i in range(rows):
+            engine.submit(Request(f"warm-{n}-{i}", (0,), 2, ignore_eos=True))
+        _drain(engine)
+    if chunk + 2 <= context_of(engine.cfg):
+        engine.submit(Request("warm-chunk", (0,) * (chunk + 1), 1, ignore_eos=True))
+        _drain(engine)
+    return engine.stats().capture_ms / 1000
+
+
+def _drain(engine: Any, limit: int = 10_000) -> None:
+    for _ in range(limit):
+        if not engine.has_work():
+            return
+        engine.step()
+    raise KernRunError("warm-up: the engine did not finish its warm-up requests")
 
 
 def open_gpu(spec: EngineSpec) -> Built:
     """The GPU path: kern-run's model options (the bundled SmolLM2 by default) through
-    ``open_engine``."""
+    ``open_engine``, every bucket's graph captured up front."""
+    from pathlib import Path
+
     from kern_run.engine import open_engine
-    eng = open_engine(manifest=spec.manifest, kernels=spec.kernels, weights=spec.weights,
-                      tokenizer=spec.tokenizer, gpu=spec.gpu, capacity=spec.capacity,
-                      max_seqs=spec.max_seqs, chunk=spec.chunk,
-                      max_prefill_tokens=spec.max_prefill_tokens, graphs=spec.graphs,
-                      eos=frozenset(spec.eos))
-    return _built_from(eng, spec)
+    from kern_run.runner import RunOptions
+    from kern_runtime import gpu_memory
+
+    def path(p: str | None) -> Path | None:
+        return Path(p) if p is not None else None
+
+    opts = RunOptions(manifest=path(spec.manifest), kernels=path(spec.kernels),
+                      weights=[Path(w) for w in spec.weights], tokenizer=path(spec.tokenizer),
+                      chunk=spec.chunk, capacity=spec.capacity, eager=not spec.graphs,
+                      gpu=spec.gpu)
+    opened = open_engine(opts, max_seqs=spec.max_seqs, max_prefill_tokens=spec.max_prefill_tokens,
+                         graphs=spec.graphs)
+    eng = opened.engine
+    built = _built(eng, opened.info.model.split()[0] if opened.info.model else "model",
+                   pool_bytes=eng.cfg.capacity * opened.info.kv_bytes_per_token,
+                   gpu_bytes=lambda: _used(gpu_memory(spec.gpu)))
+    if spec.graphs:
+        built.capture_s = warm_up(eng, built.buckets, eng.chunk)
+    return built
 
 
-def _built_from(eng: Any, spec: EngineSpec) -> Built:
-    cfg = eng.cfg
-    s = eng.stats()
-    return Built(engine=eng, model=getattr(eng, "model", "model"), vocab=cfg.vocab,
-                 context=cfg.position_limit or cfg.capacity, max_tokens=cfg.max_tokens,
-                 pages_total=s.pages_total, page_tokens=16, pool_bytes=0,
-                 max_seqs=cfg.max_seqs, buckets=list(cfg.buckets or []))
+def _used(mem: tuple[int, int]) -> int:
+    free, total = mem
+    return total - free
 
 
 def open_fake(spec: EngineSpec) -> Built:
-    """The Engine over issue 20's fake paged runtime (numpy, no GPU): the CPU tests'."""
-    raise KernRunError("the fake engine factory needs kern_run.engine.fake (issue 20)")
+    """The Engine over issue 20's fake paged runtime (numpy, no GPU): the CPU tests' engine.
+
+    ``spec.options`` (``--engine-option KEY=VALUE``): ``vocab`` (default 49152, SmolLM2's),
+    ``tokens_max`` (the fake manifest's tokens.max, 2048), ``position_limit`` (8192),
+    ``load_delay`` (seconds to wait before Ready: to watch ``/health`` say 503),
+    ``step_delay`` (seconds added to every step: a slow engine), ``fail_after`` (steps after
+    which a step raises: a dying engine loop). ``spec.capacity`` defaults to 8192 tokens."""
+    import time
+
+    from kern_run.engine import Engine, EngineConfig, FakePagedRuntime
+    o = spec.options
+    vocab = int(o.get("vocab", 49152))
+    tmax = int(o.get("tokens_max", 2048))
+    capacity = (spec.capacity or 8192) // 16 * 16
+    rt = FakePagedRuntime(capacity, max_tokens=tmax, vocab=vocab)
+    cfg = EngineConfig(capacity=capacity, max_seqs=min(spec.max_seqs, tmax), chunk=spec.chunk,
+                       max_prefill_tokens=spec.max_prefill_tokens, eos=frozenset(spec.eos),
+                       vocab=vocab, max_tokens=tmax,
+                       position_limit=int(o.get("position_limit", 8192)), graphs=spec.graphs)
+    engine = Engine(rt, cfg)
+    delay, fail_after = float(o.get("step_delay", 0)), int(o.get("fail_after", -1))
+    if delay or fail_after >= 0:
+        engine = _Slowed(engine, delay, fail_after)
+    time.sleep(float(o.get("load_delay", 0)))
+    return _built(engine, o.get("model", "fake-smollm2"))
+
+
+class _Slowed:
+    """An engine whose steps take ``delay`` longer and fail after ``fail_after`` steps."""
+
+    def __init__(self, engine: Any, delay: float, fail_after: int) -> None:
+        self._e, self._delay, self._left = engine, delay, fail_after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._e, name)
+
+    def step(self) -> list[Any]:
+        import time
+        if self._left == 0:
+            raise RuntimeError("the fake engine's step failed (fail_after)")
+        self._left -= 1
+        if self._delay:
+            time.sleep(self._delay)
+        return self._e.step()

@@ -76,11 +76,13 @@ def make_app(svc: Service, settings: Settings, lifespan=None) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         _auth(request, settings)
+        _limits(svc)
         return JSONResponse({"object": "list", "data": [_model_card(settings.model)]})
 
     @app.get("/v1/models/{name:path}")
     async def model(request: Request, name: str) -> Response:
         _auth(request, settings)
+        _limits(svc)
         _check_model(name, settings, "model")
         return JSONResponse(_model_card(name))
 
@@ -169,8 +171,8 @@ async def _complete_inner(request: Request, svc: Service, settings: Settings, ki
         body = parse(ChatBody, data)
     else:
         body = parse(CompletionBody, data)
-    _check_model(body.model, settings)
     limits = _limits(svc)
+    _check_model(body.model, settings)
     prep = (prompts.chat(body, svc.tok, limits) if kind == "chat"  # type: ignore[arg-type]
             else prompts.completion(body, svc.tok, limits))       # type: ignore[arg-type]
     ready = svc.client.ready

@@ -71,7 +71,7 @@ class Feed:
 class EngineClient:
     def __init__(self, spec: EngineSpec, on_failure: Callable[[int, str], None],
                  on_ready: Callable[[Ready], None] | None = None,
-                 on_steps: Callable[[Steps], None] | None = None) -> None:
+                 on_steps: Callable[[Steps | Snapshot], None] | None = None) -> None:
         self.spec = spec
         self.on_failure, self.on_ready, self.on_steps = on_failure, on_ready, on_steps
         self.state = "loading"
@@ -147,6 +147,8 @@ class EngineClient:
                     self._steps(msg)
                 elif isinstance(msg, Snapshot):
                     self.snapshot = msg
+                    if self.on_steps is not None:
+                        self.on_steps(msg)
                 elif isinstance(msg, Refusal):
                     feed = self.feeds.pop(msg.id, None)
                     if feed is not None:

@@ -16,7 +16,7 @@ STEP = (0.0002, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 
 
 
 class Metrics:
-    def __init__(self, model: str) -> None:
+    def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(P + "requests", "HTTP requests answered, by endpoint and status",
                                 ["endpoint", "status"], registry=r)
@@ -37,8 +37,8 @@ class Metrics:
                           ("engine_ready", "1 when the engine takes requests")):
             g[name] = Gauge(P + name, doc, registry=r)
         self.gauges = g
-        self.info = Gauge(P + "model_info", "The served model", ["model"], registry=r)
-        self.info.labels(model=model).set(1)
+        self.info = Gauge(P + "model_info", "The served model (set once the engine is ready)",
+                          ["model"], registry=r)
         self.ttft = Histogram(P + "time_to_first_token_seconds", "Time to first token",
                               buckets=LATENCY, registry=r)
         self.itl = Histogram(P + "inter_token_latency_seconds", "Time between tokens",
@@ -50,17 +50,26 @@ class Metrics:
                              buckets=LATENCY, registry=r)
         self.step = Histogram(P + "engine_step_seconds", "Engine step time, by batch bucket",
                               ["bucket"], buckets=STEP, registry=r)
-        self.host = Histogram(P + "engine_host_seconds", "Engine host time per step",
+        self.host = Histogram(P + "engine_host_seconds",
+                              "Engine host time per step (waits on the device excluded), "
+                              "averaged over each snapshot interval (0.1 s)",
                               buckets=STEP, registry=r)
         self._step_children: dict[int, Histogram] = {}
+        self._host_mark: tuple[int, float] = (0, 0.0)   # (steps, host ms) at the last snapshot
 
-    def observe_steps(self, step_s: float, bucket: int, host_s: float | None) -> None:
+    def observe_steps(self, step_s: float, bucket: int) -> None:
         child = self._step_children.get(bucket)
         if child is None:
             child = self._step_children[bucket] = self.step.labels(bucket=str(bucket))
         child.observe(step_s)
-        if host_s is not None:
-            self.host.observe(host_s)
+
+    def observe_snapshot(self, s) -> None:
+        """One observation of the host time per step over the steps since the last one."""
+        total = s.host_ms_per_step * s.steps
+        steps0, total0 = self._host_mark
+        if s.steps > steps0:
+            self.host.observe((total - total0) / (s.steps - steps0) / 1000)
+        self._host_mark = (s.steps, total)
 
     def render(self, snapshot, ready: bool) -> bytes:
         g = self.gauges

@@ -25,7 +25,7 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 1 << 26
 
 
-class EngineSpec(msgspec.Struct, tag=True):
+class EngineSpec(msgspec.Struct, tag=True, array_like=True):
     """The first frame on the link: what the engine process builds (see ``adapter.build``)."""
     factory: str                  # "module:function" returning an ``adapter.Built``
     manifest: str | None = None   # the model options of kern-run (None: the bundled default)
@@ -58,7 +58,7 @@ class Stop(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
-class Ready(msgspec.Struct, tag=True):
+class Ready(msgspec.Struct, tag=True, array_like=True):
     model: str                    # the model's label (served name unless --served-model-name)
     vocab: int                    # token ids must be below this
     context: int                  # prompt + max_tokens of one sequence may not exceed this
@@ -73,7 +73,7 @@ class Ready(msgspec.Struct, tag=True):
     gpu_bytes: int = 0            # GPU memory in use after start-up (0: not on a GPU)
 
 
-class Failed(msgspec.Struct, tag=True):
+class Failed(msgspec.Struct, tag=True, array_like=True):
     message: str
     exit_code: int = 1
 
@@ -92,11 +92,10 @@ Event = tuple[str, "int | None", "str | None", "int | None"]
 class Steps(msgspec.Struct, tag=True, array_like=True):
     events: list[tuple[str, int | None, str | None, int | None]]
     step_s: float                 # wall time of the engine step
-    bucket: int                   # the batch bucket it ran (0: no batch ran)
-    host_s: float | None = None   # host time of the step, when the engine reports it
+    bucket: int                   # the batch bucket of its decode rows (0: none)
 
 
-class Snapshot(msgspec.Struct, tag=True):
+class Snapshot(msgspec.Struct, tag=True, array_like=True):
     running: int
     waiting: int
     pages_total: int
@@ -104,6 +103,8 @@ class Snapshot(msgspec.Struct, tag=True):
     pages_used: int
     steps: int
     gpu_bytes: int = 0
+    host_ms_per_step: float = 0.0   # the engine's running average over all steps
+    step_ms: dict[int, float] = {}  # bucket -> the engine's median step time
 
 
 ToEngine = EngineSpec | Submit | Abort | Stop

@@ -22,7 +22,7 @@ from pathlib import Path
 from kern_run.errors import KernRunError
 
 from .adapter import DEFAULT_FACTORY
-from .protocol import EngineSpec, Ready
+from .protocol import EngineSpec, Ready, Steps
 
 
 @dataclass
@@ -134,9 +134,12 @@ def serve(o: ServeOptions) -> int:
         sys.stderr.flush()
 
     def on_steps(msg) -> None:
-        metrics.observe_steps(msg.step_s, msg.bucket, msg.host_s)
+        if isinstance(msg, Steps):
+            metrics.observe_steps(msg.step_s, msg.bucket)
+        else:
+            metrics.observe_snapshot(msg)
 
-    metrics = Metrics(name or "loading")
+    metrics = Metrics()
     client = EngineClient(spec_of(o, tok.eos_ids), on_failure, on_ready, on_steps)
     svc = Service(client, tok, metrics, name or "")
     settings = Settings(model=name or "", api_key=o.api_key, max_queue=o.max_queue)

@@ -130,8 +130,8 @@ class Loop:
         for rid, _, finish, _ in rows:
             if finish is not None:
                 self.live.discard(rid)
-        bucket, host = adapter.step_timing(self.built, None, None)
-        self.sock.sendall(frame(Steps(rows, dt, bucket or len(rows), host)))
+        tokens = sum(1 for r in rows if r[1] is not None)
+        self.sock.sendall(frame(Steps(rows, dt, adapter.bucket_of(self.built.buckets, tokens))))
 
 
 if __name__ == "__main__":
