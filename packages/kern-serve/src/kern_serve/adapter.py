@@ -97,13 +97,14 @@ def bucket_of(buckets: list[int], rows: int) -> int:
 
 
 def context_of(cfg: Any) -> int:
-    """Prompt + max_tokens one sequence may take: the engine's refusal rules
-    (``kern_run.engine.checks``): the model's limit and the pool less its pad page."""
+    """Prompt + max_tokens the *model* allows one sequence (the engine's
+    ``context_length_exceeded`` rule, ``kern_run.engine.checks``); without a model limit, the
+    pool less its pad page. (A request within it that the pool can never hold is the engine's
+    ``pool_too_small`` refusal.)"""
     from kern_run.engine.checks import model_limit
     from kern_manifest.contract import PAGE_TOKENS
     lim, _ = model_limit(cfg)
-    pool = cfg.capacity - PAGE_TOKENS
-    return pool if lim is None else min(lim, pool)
+    return cfg.capacity - PAGE_TOKENS if lim is None else lim
 
 
 def _built(engine: Any, model: str, *, capture_s: float = 0.0, pool_bytes: int = 0,
@@ -130,7 +131,7 @@ def warm_up(engine: Any, buckets: list[int], chunk: int) -> float:
         for i in range(rows):
             engine.submit(Request(f"warm-{n}-{i}", (0,), 2, ignore_eos=True))
         _drain(engine)
-    if chunk + 2 <= context_of(engine.cfg):
+    if chunk + 2 <= min(context_of(engine.cfg), pages * 16):
         engine.submit(Request("warm-chunk", (0,) * (chunk + 1), 1, ignore_eos=True))
         _drain(engine)
     return engine.stats().capture_ms / 1000

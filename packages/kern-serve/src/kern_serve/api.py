@@ -148,7 +148,8 @@ def _limits(svc: Service) -> Limits:
     if c.state != "ready" or c.ready is None:
         raise unavailable(f"the engine is not available ({c.state})", 5)
     r = c.ready
-    return Limits(vocab=r.vocab, context=r.context, max_tokens=r.max_tokens)
+    return Limits(vocab=r.vocab, context=r.context, max_tokens=r.context,
+                  pool=r.pages_total * r.page_tokens)
 
 
 async def _complete(request: Request, svc: Service, settings: Settings, kind: str) -> Response:

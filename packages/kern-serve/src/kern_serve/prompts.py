@@ -18,7 +18,7 @@ from kern_run.errors import KernRunError
 from kern_run.tokenizer import TextTokenizer, render_chat
 
 from .errors import bad
-from .schemas import (COMPLETIONS_DEFAULT_MAX_TOKENS, ChatBody, CompletionBody, Limits,
+from .schemas import (CHAT_DEFAULT_MAX_TOKENS, COMPLETIONS_DEFAULT_MAX_TOKENS, ChatBody, CompletionBody, Limits,
                       Prepared, budget, check_common, check_prompt_ids, stops)
 
 ROLES = {"system", "developer", "user", "assistant"}
@@ -96,7 +96,7 @@ def chat(b: ChatBody, tok: TextTokenizer, limits: Limits) -> Prepared:
         raise bad(f"messages: {err}", "messages") from None
     ids = encode_text(tok, text)
     check_prompt_ids(ids, limits, "messages")
-    n = budget(len(ids), b.max_tokens, None, limits, "messages", mt_param)
+    n = budget(len(ids), b.max_tokens, CHAT_DEFAULT_MAX_TOKENS, limits, "messages", mt_param)
     return Prepared("chat", ids, n, stops(b.stop), list(b.stop_token_ids or []),
                     b.ignore_eos, b.stream, _usage(b))
 

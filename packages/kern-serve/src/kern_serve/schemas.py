@@ -21,6 +21,10 @@ from .errors import APIError, bad
 
 MAX_STOPS = 4
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for the legacy completions endpoint
+#: A chat request without max_tokens gets the rest of the context, at most this many: the
+#: engine reserves prompt + max_tokens of KV pages at admission, so "the whole context"
+#: would hold a whole pool's worth of pages per request.
+CHAT_DEFAULT_MAX_TOKENS = 1024
 
 
 class _Body(BaseModel):
@@ -70,8 +74,9 @@ class ChatBody(_Body):
 class Limits:
     """What the engine takes (from its Ready message)."""
     vocab: int
-    context: int
-    max_tokens: int
+    context: int       # prompt + max_tokens of one request
+    max_tokens: int    # the default max_tokens of a chat request without one
+    pool: int = 0      # KV slots the pool can give one sequence (0: not known)
 
 
 @dataclass
@@ -171,22 +176,22 @@ def check_prompt_ids(ids: list[int], limits: Limits, param: str) -> None:
 
 def budget(n_prompt: int, asked: int | None, default: int | None, limits: Limits,
            prompt_param: str, max_tokens_param: str) -> int:
-    """The request's max_tokens: asked, or the endpoint's default clipped to the context;
-    400 ``context_length_exceeded`` when the prompt and the completion do not fit."""
+    """The request's max_tokens: asked, or the endpoint's default clipped to the context.
+    A prompt and completion that do not fit are a 400 ``context_length_exceeded`` naming
+    the prompt when even one generated token does not fit, else max_tokens (the engine's
+    rule, ``kern_run.engine.checks``)."""
     room = limits.context - n_prompt
+    if room < 1:
+        raise APIError(400, f"the prompt is {n_prompt} tokens; this model's context of "
+                       f"{limits.context} tokens leaves no room for a completion: shorten it "
+                       f"to at most {limits.context - 1}", prompt_param,
+                       "context_length_exceeded")
     if asked is None:
-        asked = min(default if default is not None else limits.max_tokens,
-                    limits.max_tokens, room)
-        if asked < 1:
-            raise APIError(400, f"the prompt is {n_prompt} tokens: this model's context of "
-                           f"{limits.context} tokens leaves no room for a completion",
-                           prompt_param, "context_length_exceeded")
-    if asked > limits.max_tokens:
-        raise bad(f"{max_tokens_param} = {asked}: at most {limits.max_tokens} per request",
-                  max_tokens_param)
-    if n_prompt + asked > limits.context:
+        fit = limits.pool - n_prompt if limits.pool else room
+        return max(1, min(default if default is not None else limits.max_tokens, room, fit))
+    if asked > room:
         raise APIError(400, f"this model's maximum context length is {limits.context} tokens; "
                        f"the request asks for {n_prompt + asked} ({n_prompt} in the prompt, "
-                       f"{asked} in the completion): shorten the prompt or {max_tokens_param}",
-                       prompt_param, "context_length_exceeded")
+                       f"{asked} in the completion): lower {max_tokens_param} to at most "
+                       f"{room}", max_tokens_param, "context_length_exceeded")
     return asked
