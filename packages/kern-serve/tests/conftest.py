@@ -18,16 +18,14 @@ from kserve_helpers import FAKE, SCRIPTED, Reference, Server, tokenizer  # noqa:
 
 #: name -> (command-line options, engine options)
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
-    # a slow engine (5 ms per step): streams are long enough to disconnect mid-way
-    "slow": ([], {"step_delay": "0.005"}),
-    # a KV pool of 17 pages: 4 requests of 4 pages at a time
-    "small_pool": (["--capacity", "272"], {"step_delay": "0.001"}),
-    # loading takes 1.5 s; one sequence at a time and no queue
+    # a KV pool of 17 pages (4 requests of 4 pages at a time), behind an API key
+    "small_pool": (["--capacity", "272", "--api-key", "sk-test", "--served-model-name",
+                    "kern-test"], {"step_delay": "0.001"}),
+    # loading ends when the test creates the gate file; one sequence at a time and no queue
     "loading": (["--max-seqs", "1", "--max-queue", "0"],
-                {"load_delay": "1.5", "step_delay": "0.02"}),
+                {"load_gate": "{gate}", "step_delay": "0.02"}),
     "kill": ([], {"step_delay": "0.005"}),
-    "sigterm": (["--api-key", "sk-test", "--served-model-name", "kern-test"],
-                {"step_delay": "0.005"}),
+    "sigterm": ([], {"step_delay": "0.005"}),
 }
 
 
@@ -52,8 +50,11 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory):
     d = tmp_path_factory.mktemp("fleet")
-    servers = {name: Server(d, *args, factory=FAKE, options=opts, wait=False)
+    gate = d / "loading-gate"
+    servers = {name: Server(d, *args, factory=FAKE, wait=False,
+                            options={k: v.format(gate=gate) for k, v in opts.items()})
                for name, (args, opts) in VARIANTS.items()}
+    servers["loading"].gate = gate
     yield servers
     for s in servers.values():
         s.close()
@@ -82,7 +83,6 @@ def model(client):
     return client.models.list().data[0].id
 
 
-slow_server = variant("slow")
 small_pool_server = variant("small_pool")
 loading_server = variant("loading", ready=False)
 kill_server = variant("kill")

@@ -73,11 +73,12 @@ CASES = [
 ]
 
 
-def _post(server, path: str, body) -> httpx.Response:
+def _post(server, path: str, body, key: str | None = None) -> httpx.Response:
+    auth = {"authorization": f"Bearer {key}"} if key else {}
     if isinstance(body, bytes):
-        return httpx.post(server.url + path, content=body,
-                          headers={"content-type": "application/json"}, timeout=10)
-    return httpx.post(server.url + path, json=body, timeout=10)
+        return httpx.post(server.url + path, content=body, timeout=10,
+                          headers={"content-type": "application/json", **auth})
+    return httpx.post(server.url + path, json=body, timeout=10, headers=auth)
 
 
 def _check(r: httpx.Response, status: int, param, code) -> dict:
@@ -110,10 +111,11 @@ def test_refusals_reach_the_openai_client(client, model, stream):
 
 def test_pool_refusal_from_the_engine(small_pool_server):
     # fits the model (8192) but never the 16 usable pages (256 slots) of this pool
-    r = _post(small_pool_server, C, {"prompt": "x", "max_tokens": 300})
+    r = _post(small_pool_server, C, {"prompt": "x", "max_tokens": 300}, "sk-test")
     err = _check(r, 400, "max_tokens", "pool_too_small")
     assert "pool" in err["message"]
-    r = _post(small_pool_server, C, {"prompt": "x", "max_tokens": 300, "stream": True})
+    r = _post(small_pool_server, C, {"prompt": "x", "max_tokens": 300, "stream": True},
+              "sk-test")
     _check(r, 400, "max_tokens", "pool_too_small")
 
 
@@ -135,3 +137,25 @@ def test_ignored_or_greedy_parameters_are_accepted(server, extra):
     r = _post(server, C, {"prompt": "Same text", "max_tokens": 6, **extra})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"] == base["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("key", [None, "sk-wrong", ""])
+def test_api_key_required(small_pool_server, key):
+    for path, body in ((C, {"prompt": "x", "max_tokens": 2}), (CH, {"messages": MSG})):
+        _check(_post(small_pool_server, path, body, key), 401, None, "invalid_api_key")
+    auth = {"authorization": f"Bearer {key}"} if key else {}
+    _check(httpx.get(small_pool_server.url + "/v1/models", headers=auth), 401, None,
+           "invalid_api_key")
+    # health and metrics stay open (probes and scrapers carry no key)
+    assert httpx.get(small_pool_server.url + "/health").status_code == 200
+    assert httpx.get(small_pool_server.url + "/metrics").status_code == 200
+
+
+def test_api_key_accepted_by_the_openai_client(small_pool_server):
+    c = openai.OpenAI(base_url=small_pool_server.url + "/v1", api_key="sk-test", max_retries=0)
+    assert [m.id for m in c.models.list().data] == ["kern-test"]
+    r = c.completions.create(model="kern-test", prompt="Hi", max_tokens=3)
+    assert r.usage.completion_tokens == 3
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=small_pool_server.url + "/v1", api_key="sk-no",
+                      max_retries=0).models.list()

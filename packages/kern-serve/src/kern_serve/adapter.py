@@ -183,6 +183,7 @@ def open_fake(spec: EngineSpec) -> Built:
     ``spec.options`` (``--engine-option KEY=VALUE``): ``vocab`` (default 49152, SmolLM2's),
     ``tokens_max`` (the fake manifest's tokens.max, 2048), ``position_limit`` (8192),
     ``load_delay`` (seconds to wait before Ready: to watch ``/health`` say 503),
+    ``load_gate`` (a file whose existence ends the loading; at most 60 s),
     ``step_delay`` (seconds added to every step: a slow engine), ``fail_after`` (steps after
     which a step raises: a dying engine loop). ``spec.capacity`` defaults to 8192 tokens."""
     import time
@@ -202,6 +203,14 @@ def open_fake(spec: EngineSpec) -> Built:
     if delay or fail_after >= 0:
         engine = _Slowed(engine, delay, fail_after)
     time.sleep(float(o.get("load_delay", 0)))
+    gate = o.get("load_gate")
+    if gate:
+        import os
+        deadline = time.monotonic() + 60
+        while not os.path.exists(gate):
+            if time.monotonic() > deadline:
+                raise KernRunError(f"load_gate `{gate}`: not there after 60 s")
+            time.sleep(0.01)
     return _built(engine, o.get("model", "fake-smollm2"))
 
 

@@ -63,7 +63,8 @@ def make_app(svc: Service, settings: Settings, lifespan=None) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         c = svc.client
-        body = {"status": c.state, "model": settings.model, "engine_pid": c.pid}
+        body = {"status": c.state, "model": settings.model, "engine_pid": c.pid,
+                "in_flight": c.in_flight()}
         if c.state == "failed":
             body["error"] = c.failure
         return JSONResponse(body, 200 if c.state == "ready" else 503)

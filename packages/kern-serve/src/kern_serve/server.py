@@ -14,6 +14,7 @@ flight, shuts the server down and exits non-zero (its status: 1, or 2 for bad in
 
 from __future__ import annotations
 
+import signal
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -156,7 +157,15 @@ def serve(o: ServeOptions) -> int:
                             timeout_graceful_shutdown=None, backlog=2048, timeout_keep_alive=30)
     server = uvicorn.Server(config)
     state["server"] = server
-    server.run()
+    # uvicorn drains on SIGTERM/SIGINT and then re-raises the signal to the handler that was
+    # installed before it: a no-op one here, so that a drained server exits 0, not by signal
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM,
+                                                                   signal.SIGINT)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not server.started and state["exit"] == 0:
         return 1   # uvicorn could not bind (it printed why)
     return int(state["exit"])
