@@ -97,11 +97,20 @@ def bench_command(
     spec: Annotated[bool, typer.Option("--spec/--no-spec", help="also prompt-lookup speculation vs plain greedy on the shipped prompt sets (SmolLM2; transformers' prompt lookup as the peer unless --no-baseline) and verify/decode cost")] = False,
     spec_k: Annotated[int, typer.Option(help="drafts per speculation round")] = 7,
     spec_limit: Annotated[Optional[int], typer.Option(help="at most this many prompts per set")] = None,
+    batch: Annotated[bool, typer.Option("--batch", help="instead: the engine (many sequences, paged KV) at each --concurrency against plain batch-1 generation of the same prompts (bundled default model; --steps tokens each)")] = False,
+    prompts: Annotated[int, typer.Option(help="--batch: number of prompts")] = 64,
+    prompt_len: Annotated[int, typer.Option(help="--batch: tokens per prompt")] = 128,
+    prompt_source: Annotated[str, typer.Option(help="--batch: text (the spec prompt sets' texts) or ids (token ids)")] = "text",
+    concurrency: Annotated[Optional[list[int]], typer.Option(help="--batch: requests in flight (repeat; default 1 4 16 32 64)")] = None,
+    check: Annotated[bool, typer.Option("--check", help="--batch: compare every engine output with the plain run's tokens (first differing index)")] = False,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     import json
 
     from .runner import probe_gpu
+    if batch:
+        return _bench_batch(prompts, prompt_len, prompt_source, concurrency, check, steps, gpu,
+                            json_out)
     try:
         cases = list(case or [])
         bad = [c for c in cases if c not in ("smollm2", "qwen3")]
@@ -131,6 +140,30 @@ def bench_command(
         report = run_bench(cases=cases, smollm2=smollm2, qwen3_dir=qwen3, baseline=baseline,
                            steps=steps, reps=reps, prefill=prefill, gpu=gpu,
                            profile=profile, spec=spec, spec_k=spec_k, spec_limit=spec_limit)
+    except Exception as err:
+        _fail(err)
+        return
+    print(report.table())
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.data, indent=2, default=str))
+
+
+def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[int] | None,
+                 check: bool, steps: int, gpu: int, json_out: Path | None) -> None:
+    import json
+
+    from .bench.batch import CONCURRENCY, check_batch_options, run_batch
+    from .runner import RunOptions, probe_gpu
+    conc = list(concurrency or CONCURRENCY)
+    try:
+        check_batch_options(prompts, prompt_len, source, conc)
+        if steps < 1:
+            raise KernRunError(f"--steps must be at least 1 (got {steps})")
+        ok, why = probe_gpu()
+        if not ok:
+            raise NoGpuError(f"no usable GPU here ({why}); kern-run bench needs an NVIDIA GPU")
+        report = run_batch(RunOptions(gpu=gpu), prompts=prompts, prompt_len=prompt_len,
+                           source=source, steps=steps, concurrency=conc, check=check)
     except Exception as err:
         _fail(err)
         return

@@ -58,10 +58,10 @@ def model_limit(cfg: EngineConfig) -> tuple[int | None, str]:
     """(positions the model can give one sequence, why) apart from the pool; None: no limit."""
     lims = []
     if cfg.position_limit is not None:
-        lims.append((cfg.position_limit, f"the model's position limit {cfg.position_limit}"))
+        lims.append((cfg.position_limit, f"the model's position limit is {cfg.position_limit}"))
     if cfg.table_pages:
         n = PAGE_TOKENS * cfg.table_pages
-        lims.append((n, f"a block-table row of {cfg.table_pages} pages ({n} positions)"))
+        lims.append((n, f"a block-table row holds {cfg.table_pages} pages ({n} positions)"))
     if not lims:
         return None, ""
     return min(lims)
@@ -88,7 +88,7 @@ def check_request(req: Request, cfg: EngineConfig, *, live: Mapping[str, object]
     if lim is not None and need > lim:
         raise Refused(CONTEXT_LENGTH_EXCEEDED, _param(n, lim),
                       f"a prompt of {n} tokens plus max_tokens {m} needs {need} positions; "
-                      f"{why} allows {lim}: {_advice(n, lim)}")
+                      f"{why}: {_advice(n, lim)}")
     pool = cfg.capacity - PAGE_TOKENS
     if need > pool:
         raise Refused(POOL_TOO_SMALL, _param(n, pool),

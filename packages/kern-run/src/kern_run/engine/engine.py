@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kern_manifest import KernError
 from kern_manifest.contract import BATCH, DECODE, NEXT_TOKEN, PREFILL, SYMBOL, TOKEN_IDS
@@ -34,7 +34,7 @@ from kern_manifest.contract import BATCH, DECODE, NEXT_TOKEN, PREFILL, SYMBOL, T
 from .api import (FINISH_ABORT, FINISH_ERROR, EngineConfig, EngineStats, Request, TokenEvent)
 from .batchio import BatchInputs
 from .checks import check_config, check_request
-from .pages import PagePool, pages_for
+from .pages import PageError, PagePool, pages_for
 from .scheduler import Chunk, Scheduler
 from .sequence import FINISHED, RUNNING, WAITING, Sequence
 
@@ -107,22 +107,35 @@ class Engine:
             for c in self.sched.prefill_plan():
                 self._prefill(c)
             waited = self._decode(events)
+        except PageError:
+            raise                       # the engine's own bookkeeping: a bug, not the device
         except KernError as err:
             events += self._fail(err)
-        if events or self._flight is not None:
+        if events or self._flight is not None:        # an idle call is not a step
             self._st.steps += 1
-        self._host_s += time.perf_counter() - t0 - waited
+            self._host_s += time.perf_counter() - t0 - waited
         return events
 
     def stats(self) -> EngineStats:
+        """A snapshot (the caller may keep or change it)."""
         st = self._st
-        st.running, st.waiting = len(self.sched.running), len(self.sched.waiting)
-        st.pages_reserved = self.pool.held_count
-        st.pages_used = sum(pages_for(s.written) for s in self.sched.running)
-        st.step_ms = {b: 1000 * statistics.median(v) for b, v in sorted(self._times.items())}
-        st.step_counts = dict(sorted(st.step_counts.items()))
-        st.host_ms_per_step = 1000 * self._host_s / st.steps if st.steps else 0.0
-        return st
+        return replace(
+            st, running=len(self.sched.running), waiting=len(self.sched.waiting),
+            pages_reserved=self.pool.held_count,
+            pages_used=sum(pages_for(s.written) for s in self.sched.running),
+            step_ms={b: 1000 * statistics.median(v) for b, v in sorted(self._times.items())},
+            step_counts=dict(sorted(st.step_counts.items())),
+            host_ms_per_step=1000 * self._host_s / st.steps if st.steps else 0.0)
+
+    def warmup(self) -> float:
+        """Capture every graph the engine can replay (each bucket's decode/batch, the full
+        prefill chunk) now rather than at first use; returns the milliseconds it took."""
+        before = self._st.capture_ms
+        if self.cfg.graphs:
+            for b in self.buckets:
+                self._capture(DECODE if b == 1 else BATCH, b)
+            self._capture(PREFILL, self.chunk)
+        return self._st.capture_ms - before
 
     def close(self) -> None:
         """Close the runtime (if it has ``close``)."""

@@ -71,7 +71,9 @@ def open_engine(opts, *, max_seqs: int = 64, max_prefill_tokens: int = 2048,
                                         log=lambda s: err.write(s + "\n"))]
     rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=cap.load,
                          device=opts.gpu)
-    cfg = EngineConfig(capacity=cap.limit // PAGE_TOKENS * PAGE_TOKENS,
+    # the pool is what was loaded (whole pages; kern_run.capacity rounds it), not less
+    slots = cap.load if cap.load is not None else cap.limit
+    cfg = EngineConfig(capacity=slots // PAGE_TOKENS * PAGE_TOKENS,
                        max_seqs=min(max_seqs, info.max_tokens), chunk=opts.chunk,
                        max_prefill_tokens=max_prefill_tokens, eos=frozenset(tok.eos_ids),
                        vocab=info.vocab, max_tokens=info.max_tokens, table_pages=width,
