@@ -120,31 +120,6 @@ def _built(engine: Any, model: str, *, capture_s: float = 0.0, pool_bytes: int =
                  buckets=buckets, capture_s=capture_s, gpu_bytes=gpu_bytes, close=engine.close)
 
 
-def warm_up(engine: Any, buckets: list[int], chunk: int) -> float:
-    """Run every batch bucket (and one full prefill chunk) once so that their CUDA graphs are
-    captured before the first request; returns the capture seconds the engine reports.
-    Best effort: buckets larger than the pool can hold at once run smaller."""
-    from kern_run.engine import Request
-    pages = engine.stats().pages_total
-    for n, b in enumerate(buckets):
-        rows = min(b, pages)
-        for i in range(rows):
-            engine.submit(Request(f"warm-{n}-{i}", (0,), 2, ignore_eos=True))
-        _drain(engine)
-    if chunk + 2 <= min(context_of(engine.cfg), pages * 16):
-        engine.submit(Request("warm-chunk", (0,) * (chunk + 1), 1, ignore_eos=True))
-        _drain(engine)
-    return engine.stats().capture_ms / 1000
-
-
-def _drain(engine: Any, limit: int = 10_000) -> None:
-    for _ in range(limit):
-        if not engine.has_work():
-            return
-        engine.step()
-    raise KernRunError("warm-up: the engine did not finish its warm-up requests")
-
-
 def open_gpu(spec: EngineSpec) -> Built:
     """The GPU path: kern-run's model options (the bundled SmolLM2 by default) through
     ``open_engine``, every bucket's graph captured up front."""
@@ -168,7 +143,7 @@ def open_gpu(spec: EngineSpec) -> Built:
                    pool_bytes=eng.cfg.capacity * opened.info.kv_bytes_per_token,
                    gpu_bytes=lambda: _used(gpu_memory(spec.gpu)))
     if spec.graphs:
-        built.capture_s = warm_up(eng, built.buckets, eng.chunk)
+        built.capture_s = eng.warmup() / 1000
     return built
 
 
@@ -202,6 +177,8 @@ def open_fake(spec: EngineSpec) -> Built:
     delay, fail_after = float(o.get("step_delay", 0)), int(o.get("fail_after", -1))
     if delay or fail_after >= 0:
         engine = _Slowed(engine, delay, fail_after)
+    if spec.graphs:
+        engine.warmup()
     time.sleep(float(o.get("load_delay", 0)))
     gate = o.get("load_gate")
     if gate:

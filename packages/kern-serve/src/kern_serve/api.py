@@ -63,8 +63,12 @@ def make_app(svc: Service, settings: Settings, lifespan=None) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         c = svc.client
-        body = {"status": c.state, "model": settings.model, "engine_pid": c.pid,
-                "in_flight": c.in_flight()}
+        body: dict[str, Any] = {"status": c.state, "model": settings.model,
+                                "engine_pid": c.pid, "in_flight": c.in_flight()}
+        if c.ready is not None:
+            r = c.ready
+            body.update(vocab=r.vocab, context=r.context, max_seqs=r.max_seqs,
+                        kv_pages=r.pages_total, page_tokens=r.page_tokens)
         if c.state == "failed":
             body["error"] = c.failure
         return JSONResponse(body, 200 if c.state == "ready" else 503)
