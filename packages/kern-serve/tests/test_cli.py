@@ -7,7 +7,10 @@ import subprocess
 import sys
 
 import httpx
+import pytest
+from typer.testing import CliRunner
 
+from kern_serve.cli import app
 from kserve_helpers import Server, free_port
 
 
@@ -16,23 +19,23 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def test_bad_options_are_one_line_and_exit_2():
-    r = _run("--max-seqs", "0", "--port", "70000")
-    assert r.returncode == 2, r.stderr
-    assert "--max-seqs must be at least 1" in r.stderr and "--port 70000" in r.stderr
-    assert "Traceback" not in r.stderr
-    r = _run("--engine-factory", "kern_serve.adapter:open_fake", "--engine-option", "novalue")
-    assert r.returncode == 2 and "give KEY=VALUE" in r.stderr
+@pytest.mark.parametrize("args,msgs", [
+    (["--max-seqs", "0", "--port", "70000"], ["--max-seqs must be at least 1", "--port 70000"]),
+    (["--engine-option", "novalue"], ["give KEY=VALUE"]),
+    (["--capacity", "8"], ["--capacity must be at least 16"]),
+    (["--manifest", "/nonexistent/m.json", "--weights", "/nonexistent/w.safetensors",
+      "--tokenizer", "/nonexistent"], ["--manifest `/nonexistent/m.json`: no such file"]),
+    (["bench", "--concurrency", "x"], ["--concurrency"]),
+])
+def test_bad_options_are_one_line_and_exit_2(args, msgs):
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert all(m in r.output for m in msgs), r.output
+    assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception,
+                                                                             SystemExit)
 
 
-def test_engine_that_cannot_start_ends_the_server(tmp_path):
-    # the default (GPU) factory on this machine: no GPU, or (on a GPU) a missing model file
-    r = _run("--port", str(free_port()), "--manifest", str(tmp_path / "none.json"),
-             "--weights", str(tmp_path / "w.safetensors"), "--tokenizer", str(tmp_path))
-    assert r.returncode == 2 and "--manifest" in r.stderr and "Traceback" not in r.stderr
-    r = _run("--port", str(free_port()), "--engine-factory", "kern_serve.adapter:open_fake",
-             "--capacity", "8")
-    assert r.returncode == 2 and "--capacity must be at least 16" in r.stderr
+def test_engine_that_cannot_start_ends_the_server():
     r = _run("--port", str(free_port()), "--engine-factory", "no_such_module:make")
     assert r.returncode != 0, r.stderr
     assert "kern-serve: the engine failed: --engine-factory `no_such_module:make`" in r.stderr
