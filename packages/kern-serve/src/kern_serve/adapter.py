@@ -141,7 +141,7 @@ def open_gpu(spec: EngineSpec) -> Built:
     eng = opened.engine
     built = _built(eng, opened.info.model.split()[0] if opened.info.model else "model",
                    pool_bytes=eng.cfg.capacity * opened.info.kv_bytes_per_token,
-                   gpu_bytes=lambda: _used(gpu_memory(spec.gpu)))
+                   gpu_bytes=_every(1.0, lambda: _used(gpu_memory(spec.gpu))))
     if spec.graphs:
         built.capture_s = eng.warmup() / 1000
     return built
@@ -150,6 +150,20 @@ def open_gpu(spec: EngineSpec) -> Built:
 def _used(mem: tuple[int, int]) -> int:
     free, total = mem
     return total - free
+
+
+def _every(seconds: float, f: Callable[[], int]) -> Callable[[], int]:
+    """``f``, called at most once per ``seconds`` (the last value in between): the GPU
+    memory query retains the device's context and reads attributes, not for every snapshot."""
+    import time
+    last = [-seconds, 0]
+
+    def g() -> int:
+        now = time.monotonic()
+        if now - last[0] >= seconds:
+            last[0], last[1] = now, f()
+        return int(last[1])
+    return g
 
 
 def open_fake(spec: EngineSpec) -> Built:
