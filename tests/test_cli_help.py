@@ -9,10 +9,12 @@ from kern_gen.cli import app as gen_app
 from kern_manifest.cli import app as manifest_app
 from kern_mine.cli import app as mine_app
 from kern_run.cli import app as run_app
+from kern_serve.cli import app as serve_app
 
 
-@pytest.mark.parametrize("app", [manifest_app, mine_app, gen_app, run_app],
-                         ids=["kern-manifest", "kern-mine", "kern-gen", "kern-run"])
+@pytest.mark.parametrize("app", [manifest_app, mine_app, gen_app, run_app, serve_app],
+                         ids=["kern-manifest", "kern-mine", "kern-gen", "kern-run",
+                              "kern-serve"])
 def test_help_states_the_exit_statuses(app):
     r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output

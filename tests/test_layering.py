@@ -32,6 +32,8 @@ LAYERS: dict[str, set[str]] = {
     "kern-runtime": {"kern-weights"},
     "kern-gen": {"kern-weights", "kern-mine"},
     "kern-run": {"kern-runtime", "kern-weights"},
+    # the HTTP server: its web dependencies (fastapi, uvicorn, ...) stay out of everything below
+    "kern-serve": {"kern-run"},
 }
 
 #: (importer, imported) edges outside LAYERS that are tolerated for now, with the reason.
@@ -127,6 +129,24 @@ def test_every_package_has_a_layer():
 
 def test_nothing_imports_kern_gen():
     assert all("kern-gen" not in _below(p) for p in LAYERS)
+
+
+def test_nothing_imports_kern_serve():
+    assert all("kern-serve" not in _below(p) for p in LAYERS)
+
+
+#: The web stack kern-serve brings in: no package below it may import or declare any of it.
+WEB = {"fastapi", "uvicorn", "starlette", "pydantic", "prometheus-client", "httptools", "uvloop",
+       "openai", "httpx"}
+
+
+@pytest.mark.parametrize("pkg", [p for p in WORKSPACE if p != "kern-serve"])
+def test_web_dependencies_stay_in_kern_serve(pkg):
+    required, extras = _declared(pkg)
+    declared = sorted((required | extras) & WEB)
+    used = sorted({f"{f.relative_to(ROOT)}:{line}: {mod}" for f in _sources(pkg)
+                   for mod, line, _ in imports(f) if _norm(mod) in WEB})
+    assert not declared and not used, (declared, used)
 
 
 @pytest.mark.parametrize("pkg", WORKSPACE)

@@ -1,0 +1,1 @@
+"""kern-serve: an OpenAI-compatible HTTP server on kern-run's batched engine."""
