@@ -1,10 +1,15 @@
-// kern own kernels: split-KV causal GQA attention for few query rows (decode).  See ABI.md.
+// kern own kernels: split-KV GQA attention over a paged KV pool, few query rows per
+// sequence (decode, batched decode, verify).  See ABI.md.
+//
+// Paged pool: key j of row t lives in slot
+//   block_table[t * table_stride + (j >> 4)] * kPageTokens + (j & 15)
+// (pages of kPageTokens = 16 slots; the caller contract's PAGE_TOKENS).
 //
 // Step 1, kern_attn_decode_partial_bf16_d{64,128}: grid (n_kv_heads, S, tokens), block (128).
-//   Row t is at position pos0 + t and sees kv_len = pos0 + t + 1 keys (pos0 read from device
-//   memory).  The row uses A = active_splits(kv_len, S, s_min) of the S grid slices (the
-//   split count follows the context: at least s_min, one more per kKeysPerSplit keys, at
-//   most S); block (hk, s, t) with s < A handles every query head of kv head hk over keys
+//   Row t sees kv_len = kv_lens[t] >= 1 keys (read from device memory), j = 0 .. kv_len-1.
+//   The row uses A = active_splits(kv_len, S, s_min) of the S grid slices (the split count
+//   follows the context: at least s_min, one more per kKeysPerSplit keys, at most S); block
+//   (hk, s, t) with s < A handles every query head of kv head hk over keys
 //   [s*chunk, min((s+1)*chunk, kv_len)), chunk = ceil(kv_len / A), and writes the split's
 //   running max m (log2 domain), sum l and unnormalised accumulator to f32 scratch; blocks
 //   with s >= A return at once.
@@ -27,6 +32,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Keys per split at long context: enough blocks to stream the cache near bandwidth (e.g. a
 // 32k context of 8 kv heads gives 64 splits x 8 = 512 blocks of 512 keys).
 constexpr int kKeysPerSplit = 512;
+constexpr int kPageTokens = 16;  // slots per page of the KV pool (caller contract PAGE_TOKENS)
+constexpr int kPageShift = 4;    // log2(kPageTokens)
+static_assert(kPageTokens == 1 << kPageShift, "page size is a power of two");
 
 __device__ __forceinline__ int active_splits(int kv_len, int splits, int s_min) {
     const int want = (kv_len + kKeysPerSplit - 1) / kKeysPerSplit;
@@ -42,6 +50,23 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& w, float (&f)[8]) {
     }
 }
 
+// Page of each of this lane's kUnroll keys base + u*NG (0 for keys >= k_end, whose table
+// entries are never read: a row's table is read only below ceil(kv_len / kPageTokens)).
+template <int NG>
+__device__ __forceinline__ void load_pages(int (&pg)[kUnroll], const int* __restrict__ table,
+                                           int base, int k_end) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int key = base + u * NG;
+        pg[u] = key < k_end ? table[key >> kPageShift] : 0;
+    }
+}
+
+// Element offset of key `key` (in page `page`) in a cache of slot stride `stride`.
+__device__ __forceinline__ int64_t slot_offset(int page, int key, int64_t stride) {
+    return ((int64_t)page * kPageTokens + (key & (kPageTokens - 1))) * stride;
+}
+
 __device__ __forceinline__ uint4 ldg_nc(const __nv_bfloat16* p) {
     uint4 r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -49,12 +74,13 @@ __device__ __forceinline__ uint4 ldg_nc(const __nv_bfloat16* p) {
     return r;
 }
 
-// D: head dim; G: query heads of this pass (1..kMaxG); first query head qh0.
+// D: head dim; G: query heads of this pass (1..kMaxG); first query head qh0; table: row t of
+// the block table.
 template <int D, int G>
 __device__ __forceinline__ void decode_pass(
     const __nv_bfloat16* __restrict__ q, int q_row_stride,
     const __nv_bfloat16* __restrict__ kp, const __nv_bfloat16* __restrict__ vp,
-    int64_t k_stride_slot, int64_t v_stride_slot,
+    const int* __restrict__ table, int64_t k_stride_slot, int64_t v_stride_slot,
     int t, int qh0, int n_q_heads, int split, int splits,
     int k_begin, int k_end, float scale_log2,
     float* __restrict__ part_ml, float* __restrict__ part_acc,
@@ -85,7 +111,11 @@ __device__ __forceinline__ void decode_pass(
     }
 
     // The loop bound is block-uniform (warp shuffles below need every lane); a lane's keys
-    // are it + u*NG + kg, masked when >= k_end.
+    // are it + u*NG + kg, masked when >= k_end.  The pages of the next iteration's keys are
+    // loaded right after this iteration's K/V loads are issued, so the table lookup's
+    // latency hides behind this iteration's math instead of delaying the K/V loads.
+    int pg[kUnroll];
+    load_pages<NG>(pg, table, k_begin + kg, k_end);
     for (int it = k_begin; it < k_end; it += NG * kUnroll) {
         const int base = it + kg;
         uint4 kr[kUnroll], vr[kUnroll];
@@ -93,13 +123,14 @@ __device__ __forceinline__ void decode_pass(
         for (int u = 0; u < kUnroll; ++u) {
             const int key = base + u * NG;
             if (key < k_end) {
-                kr[u] = ldg_nc(kp + (int64_t)key * k_stride_slot + sub * 8);
-                vr[u] = ldg_nc(vp + (int64_t)key * v_stride_slot + sub * 8);
+                kr[u] = ldg_nc(kp + slot_offset(pg[u], key, k_stride_slot) + sub * 8);
+                vr[u] = ldg_nc(vp + slot_offset(pg[u], key, v_stride_slot) + sub * 8);
             } else {
                 kr[u] = make_uint4(0u, 0u, 0u, 0u);
                 vr[u] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
+        load_pages<NG>(pg, table, base + NG * kUnroll, k_end);
         float s[kUnroll][G];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -178,12 +209,12 @@ __device__ __forceinline__ void decode_partial(
     const __nv_bfloat16* __restrict__ q,
     const __nv_bfloat16* __restrict__ k_cache,
     const __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ pos0_ptr,
+    const int* __restrict__ kv_lens, const int* __restrict__ block_table,
     float* __restrict__ part_ml, float* __restrict__ part_acc,
     int q_row_stride,
     int64_t k_stride_slot, int64_t k_stride_head,
     int64_t v_stride_slot, int64_t v_stride_head,
-    int n_q_heads, int n_kv_heads, float scale, int s_min)
+    int n_q_heads, int n_kv_heads, float scale, int s_min, int table_stride)
 {
     constexpr int LPK = D / 8;
     constexpr int NG = kThreads / LPK;
@@ -194,7 +225,7 @@ __device__ __forceinline__ void decode_partial(
     const int hk = blockIdx.x;
     const int split = blockIdx.y, splits = gridDim.y;   // splits: the scratch row stride
     const int t = blockIdx.z;
-    const int kv_len = *pos0_ptr + t + 1;
+    const int kv_len = kv_lens[t];
     const int active = active_splits(kv_len, splits, s_min);
     if (split >= active) return;
     const int chunk = (kv_len + active - 1) / active;
@@ -204,14 +235,15 @@ __device__ __forceinline__ void decode_partial(
     const float scale_log2 = scale * kLog2e;
     const __nv_bfloat16* kp = k_cache + (int64_t)hk * k_stride_head;
     const __nv_bfloat16* vp = v_cache + (int64_t)hk * v_stride_head;
+    const int* table = block_table + (int64_t)t * table_stride;
 
     for (int g0 = 0; g0 < group; g0 += kMaxG) {
         const int qh0 = hk * group + g0;
         const int G = min(kMaxG, group - g0);
 #define KERN_PASS(GG)                                                                     \
-        decode_pass<D, GG>(q, q_row_stride, kp, vp, k_stride_slot, v_stride_slot, t, qh0,  \
-                           n_q_heads, split, splits, k_begin, k_end, scale_log2, part_ml,  \
-                           part_acc, sm_m, sm_l, sm_acc)
+        decode_pass<D, GG>(q, q_row_stride, kp, vp, table, k_stride_slot, v_stride_slot,   \
+                           t, qh0, n_q_heads, split, splits, k_begin, k_end, scale_log2,   \
+                           part_ml, part_acc, sm_m, sm_l, sm_acc)
         switch (G) {
             case 1: KERN_PASS(1); break;
             case 2: KERN_PASS(2); break;
@@ -245,7 +277,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <int D>
 __device__ __forceinline__ void decode_reduce(
     const float* __restrict__ part_ml, const float* __restrict__ part_acc,
-    const int* __restrict__ pos0_ptr, __nv_bfloat16* __restrict__ out, int n_q_heads,
+    const int* __restrict__ kv_lens, __nv_bfloat16* __restrict__ out, int n_q_heads,
     int grid_splits, int s_min)
 {
     constexpr int kWarps = D / 32;
@@ -255,7 +287,7 @@ __device__ __forceinline__ void decode_reduce(
     const int lane = d % 32, warp = d / 32;
     const int64_t row0 = ((int64_t)t * n_q_heads + h) * grid_splits;
     if (grid_splits > kMaxSplits) __trap();   // ABI.md: S <= 256
-    const int splits = active_splits(*pos0_ptr + t + 1, grid_splits, s_min);
+    const int splits = active_splits(kv_lens[t], grid_splits, s_min);
 
     float m = -CUDART_INF_F;
     for (int s = d; s < splits; s += D) m = fmaxf(m, part_ml[(row0 + s) * 2]);
@@ -300,22 +332,23 @@ __device__ __forceinline__ void decode_reduce(
 extern "C" __global__ void __launch_bounds__(kThreads)                                   \
 kern_attn_decode_partial_bf16_d##D(                                                       \
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,       \
-    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ pos0,              \
-    float* __restrict__ part_ml, float* __restrict__ part_acc, int q_row_stride,          \
-    int64_t k_stride_slot, int64_t k_stride_head, int64_t v_stride_slot,                  \
-    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale, int s_min)         \
+    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,           \
+    const int* __restrict__ block_table, float* __restrict__ part_ml,                     \
+    float* __restrict__ part_acc, int q_row_stride, int64_t k_stride_slot,                \
+    int64_t k_stride_head, int64_t v_stride_slot, int64_t v_stride_head, int n_q_heads,   \
+    int n_kv_heads, float scale, int s_min, int table_stride)                             \
 {                                                                                         \
-    decode_partial<D>(q, k_cache, v_cache, pos0, part_ml, part_acc, q_row_stride,         \
-                      k_stride_slot, k_stride_head, v_stride_slot, v_stride_head,         \
-                      n_q_heads, n_kv_heads, scale, s_min);                               \
+    decode_partial<D>(q, k_cache, v_cache, kv_lens, block_table, part_ml, part_acc,       \
+                      q_row_stride, k_stride_slot, k_stride_head, v_stride_slot,          \
+                      v_stride_head, n_q_heads, n_kv_heads, scale, s_min, table_stride);  \
 }                                                                                         \
 extern "C" __global__ void __launch_bounds__(D)                                          \
 kern_attn_decode_reduce_bf16_d##D(                                                        \
     const float* __restrict__ part_ml, const float* __restrict__ part_acc,                \
-    const int* __restrict__ pos0, __nv_bfloat16* __restrict__ out, int n_q_heads,         \
+    const int* __restrict__ kv_lens, __nv_bfloat16* __restrict__ out, int n_q_heads,      \
     int splits, int s_min)                                                                \
 {                                                                                         \
-    decode_reduce<D>(part_ml, part_acc, pos0, out, n_q_heads, splits, s_min);             \
+    decode_reduce<D>(part_ml, part_acc, kv_lens, out, n_q_heads, splits, s_min);          \
 }
 
 KERN_DECODE_SYMBOLS(64)

@@ -8,6 +8,11 @@
 // 0..pos0+i.  Four warps own 16 rows each; S = Q·Kᵀ and O += P·V run on tensor cores
 // (mma.sync m16n8k16 bf16 → f32), online softmax in f32 (log2 domain), K/V tiles of 64
 // keys double-buffered in shared memory with cp.async (XOR-swizzled 16-byte chunks).
+//
+// Paged pool: one sequence, whose key j lives in slot
+//   block_table[j >> 4] * kPageTokens + (j & 15)     (row 0 of the table)
+// A 64-key tile is kTilePages = 4 whole pages; their table entries are loaded one tile
+// ahead of the tile's cp.async (see TilePages).
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math_constants.h>
@@ -19,6 +24,25 @@ constexpr int kBN = 64;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPageTokens = 16;  // slots per page of the KV pool (caller contract PAGE_TOKENS)
+constexpr int kPageShift = 4;    // log2(kPageTokens)
+constexpr int kTilePages = kBN / kPageTokens;
+static_assert(kPageTokens == 1 << kPageShift && kBN % kPageTokens == 0,
+              "a key tile is whole pages");
+
+// The kTilePages table entries of one key tile (tile t: keys t*kBN .. t*kBN+kBN-1).  Pages
+// at or beyond ceil(kv_end / kPageTokens) are not read (0): their keys are never loaded.
+struct TilePages {
+    int page[kTilePages];
+
+    __device__ __forceinline__ void load(const int* __restrict__ table, int tile, int kv_end) {
+#pragma unroll
+        for (int p = 0; p < kTilePages; ++p) {
+            const int idx = tile * kTilePages + p;
+            page[p] = idx * kPageTokens < kv_end ? table[idx] : 0;
+        }
+    }
+};
 
 // element offset of 16-byte chunk c of row `row` in a [rows][D] bf16 tile
 template <int D>
@@ -65,6 +89,7 @@ __device__ __forceinline__ void prefill(
     const __nv_bfloat16* __restrict__ k_cache,
     const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ pos0_ptr,
+    const int* __restrict__ block_table,
     __nv_bfloat16* __restrict__ out,
     int q_row_stride,
     int64_t k_stride_slot, int64_t k_stride_head,
@@ -101,21 +126,36 @@ __device__ __forceinline__ void prefill(
         const __nv_bfloat16* src = valid ? q + (int64_t)(r0 + row) * q_row_stride + (int64_t)h * D + c * 8 : q;
         cp_async16(sQ + swz<D>(row, c), src, valid);
     }
-    auto load_kv = [&](int tile, int buf) {
+    // Thread tid copies chunk c = tid % CPR of the tile rows tid / CPR + n * RS (n < RPT).
+    // RS is 8 (d128) or 16 (d64), so row n lies in page (n * RS) / kPageTokens of the tile
+    // whatever tid is: the page index is a compile-time constant per n.
+    constexpr int RS = kThreads / CPR;            // rows copied per pass of the block
+    constexpr int RPT = kBN / RS;                 // rows copied per thread
+    static_assert(kThreads % CPR == 0 && kBN % RS == 0 && kPageTokens % RS == 0,
+                  "a thread's tile row n stays in page n * RS / kPageTokens");
+    auto load_kv = [&](int tile, int buf, const TilePages& pages) {
         __nv_bfloat16* dK = sK + buf * kBN * D;
         __nv_bfloat16* dV = sV + buf * kBN * D;
-        for (int i = tid; i < kBN * CPR; i += kThreads) {
-            const int row = i / CPR, c = i % CPR;
+        const int c = tid % CPR;
+#pragma unroll
+        for (int n = 0; n < RPT; ++n) {
+            const int row = tid / CPR + n * RS;
             const int key = tile * kBN + row;
             const bool valid = key < kv_end;
-            const __nv_bfloat16* ks = valid ? kp + (int64_t)key * k_stride_slot + c * 8 : k_cache;
-            const __nv_bfloat16* vs = valid ? vp + (int64_t)key * v_stride_slot + c * 8 : v_cache;
+            const int64_t slot = (int64_t)pages.page[n * RS / kPageTokens] * kPageTokens +
+                                 (row & (kPageTokens - 1));
+            const __nv_bfloat16* ks = valid ? kp + slot * k_stride_slot + c * 8 : k_cache;
+            const __nv_bfloat16* vs = valid ? vp + slot * v_stride_slot + c * 8 : v_cache;
             cp_async16(dK + swz<D>(row, c), ks, valid);
             cp_async16(dV + swz<D>(row, c), vs, valid);
         }
     };
-    load_kv(0, 0);
+    // pages of the tile to be loaded next: tile 1 once tile 0 is issued, then one tile ahead
+    TilePages next;
+    next.load(block_table, 0, kv_end);
+    load_kv(0, 0, next);
     cp_async_commit();
+    next.load(block_table, 1, kv_end);
 
     const float sl2 = scale * kLog2e;
     const int g = lane >> 2, tg = lane & 3;
@@ -133,8 +173,9 @@ __device__ __forceinline__ void prefill(
     for (int j = 0; j < n_tiles; ++j) {
         const int buf = j & 1;
         if (j + 1 < n_tiles) {
-            load_kv(j + 1, buf ^ 1);
+            load_kv(j + 1, buf ^ 1, next);
             cp_async_commit();
+            next.load(block_table, j + 2, kv_end);   // used by the next iteration
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -267,11 +308,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MINB)                    
 kern_attn_prefill_bf16_d##D(                                                              \
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,       \
     const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ pos0,              \
-    __nv_bfloat16* __restrict__ out, int q_row_stride, int64_t k_stride_slot,             \
-    int64_t k_stride_head, int64_t v_stride_slot, int64_t v_stride_head,                  \
-    int n_q_heads, int n_kv_heads, int tokens, float scale)                               \
+    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out,                 \
+    int q_row_stride, int64_t k_stride_slot, int64_t k_stride_head,                       \
+    int64_t v_stride_slot, int64_t v_stride_head, int n_q_heads, int n_kv_heads,          \
+    int tokens, float scale)                                                              \
 {                                                                                         \
-    prefill<D>(q, k_cache, v_cache, pos0, out, q_row_stride, k_stride_slot,               \
+    prefill<D>(q, k_cache, v_cache, pos0, block_table, out, q_row_stride, k_stride_slot,  \
                k_stride_head, v_stride_slot, v_stride_head, n_q_heads, n_kv_heads,        \
                tokens, scale);                                                            \
 }

@@ -7,6 +7,11 @@ Each measurement replays a CUDA graph of INNER launches (cupy stream capture for
 kernels, torch.cuda.graph for torch) and takes the median over REPS replays, timed with CUDA
 events: device time, no host launch overhead.  Attention and argmax rotate over several
 distinct buffers (> L2) so that every launch reads from HBM.  Prints a short table last.
+
+Attention reads a paged KV pool (ABI.md 3): the single-sequence rows use an identity page
+table (key j at slot j: the layout torch's contiguous K/V has too); the ``paged`` rows put
+each sequence on pages in a random order of the pool, against consecutive pages, at the
+generator's split counts, for one and for many sequences per launch.
 """
 from __future__ import annotations
 
@@ -102,16 +107,18 @@ def row(what, ours_us, torch_us, unit, amount):
         rate = lambda us: amount / (us * 1e-6) / 1e12  # noqa: E731
     ROWS.append((what, ours_us, rate(ours_us), torch_us, rate(torch_us) if torch_us else None, unit))
     t = f"{torch_us:9.2f} us {rate(torch_us):9.1f}" if torch_us else "        -"
-    print(f"{what:44s} kern {ours_us:9.2f} us {rate(ours_us):9.1f} {unit} | torch {t}", flush=True)
+    print(f"{what:56s} kern {ours_us:9.2f} us {rate(ours_us):9.1f} {unit} | torch {t}", flush=True)
 
 
 def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
+    """One sequence, one query row at position ctx - 1, identity page table."""
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     caches = [_own_kernels_gpu.make_cache(torch, "token_major", ctx, n_kv, d, ctx, g, dev)
               for _ in range(layers)]
     qkv, q, qs = _own_kernels_gpu.make_q(torch, 1, n_q, n_kv, d, g, dev)
-    pos = torch.tensor([ctx - 1], dtype=torch.int32, device=dev)
+    lens = torch.tensor([ctx], dtype=torch.int32, device=dev)
+    table = _own_kernels_gpu.identity_table(torch, 1, ctx, dev)
     out = torch.empty((1, n_q, d), dtype=torch.bfloat16, device=dev)
     scale = 1 / math.sqrt(d)
     nbytes = 2 * ctx * n_kv * d * 2
@@ -120,8 +127,9 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
         S, s_min = entry if isinstance(entry, tuple) else (entry, None)
         pm = torch.empty((1, n_q, S, 2), dtype=torch.float32, device=dev)
         pa = torch.empty((1, n_q, S, d), dtype=torch.float32, device=dev)
-        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], pos, pm, pa, out, n_q, n_kv,
-                                                S, scale, 1, s_min=s_min)) for c in caches]
+        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], lens, table, pm, pa, out,
+                                                n_q, n_kv, S, scale, 1, s_min=s_min))
+                    for c in caches]
         us = time_cupy(launches)
         name = f"S={S}" if s_min is None else f"S={S},min={s_min}"
         print(f"  decode {n_q}q/{n_kv}kv d{d} ctx {ctx} {name}: {us:.2f} us "
@@ -144,16 +152,78 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     torch.cuda.empty_cache()
 
 
-def bench_prefill(k, n_q, n_kv, d, tokens):
+# The generator's decode split counts (kern_gen.llama.own: s_min = decode_splits(kv heads),
+# S = 4 s_min), by kv heads.
+GEN_SPLITS = {3: (128, 32), 8: (64, 16)}
+
+
+def paged_layer(n_kv, d, lengths, permuted, gen):
+    """A token-major pool holding one sequence per entry of ``lengths`` (random values in
+    every slot), its pages in a random order of the pool or consecutive: (k, v, table)."""
+    ok = _own_kernels_gpu
+    n_pages = sum(ok.pages_for(n) for n in lengths) + 1
+    _, kc, vc = ok.make_cache(torch, "token_major", n_pages * ok.PAGE, n_kv, d,
+                              n_pages * ok.PAGE, gen, "cuda")
+    pages = (ok.random_pages(torch, lengths, n_pages, gen) if permuted
+             else ok.contiguous_pages(torch, lengths, "cuda"))
+    return kc, vc, ok.table_of(torch, pages, "cuda")
+
+
+def bench_decode_paged(k, n_q, n_kv, d, batch, ctx, layers):
+    """``batch`` sequences of ``ctx`` keys, one query row each, through permuted vs
+    consecutive pages; torch: SDPA over a contiguous [batch, n_kv, ctx, d] K/V."""
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(2)
+    S, s_min = GEN_SPLITS[n_kv]
+    qkv, q, qs = _own_kernels_gpu.make_q(torch, batch, n_q, n_kv, d, g, dev)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
+    pm = torch.empty((batch, n_q, S, 2), dtype=torch.float32, device=dev)
+    pa = torch.empty((batch, n_q, S, d), dtype=torch.float32, device=dev)
+    out = torch.empty((batch, n_q, d), dtype=torch.bfloat16, device=dev)
+    scale = 1 / math.sqrt(d)
+    nbytes = 2 * batch * ctx * n_kv * d * 2
+    kv = [(torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
+           torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16))
+          for _ in range(layers)]
+    qt = torch.randn((batch, n_q, 1, d), device=dev, dtype=torch.bfloat16)
+    try:
+        tus = time_torch([(lambda a=a: F.scaled_dot_product_attention(qt, a[0], a[1],
+                                                                      enable_gqa=True))
+                          for a in kv])
+    except Exception as exc:
+        print(f"  torch SDPA batched decode failed: {exc!r}")
+        tus = None
+    del kv
+    for permuted in (False, True):
+        pools = [paged_layer(n_kv, d, [ctx] * batch, permuted, g) for _ in range(layers)]
+        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, out,
+                                                    n_q, n_kv, S, scale, batch, s_min=s_min))
+                        for c in pools])
+        order = "permuted" if permuted else "consecutive"
+        row(f"attn decode paged {n_q}q/{n_kv}kv d{d} B{batch} ctx{ctx} {order}", us, tus,
+            "GB/s", nbytes)
+        del pools
+    torch.cuda.empty_cache()
+
+
+def bench_prefill(k, n_q, n_kv, d, tokens, permuted=False):
+    """One chunk at pos0 = 0: an identity table over a padded slot-major cache, or permuted
+    pages of a token-major pool."""
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(1)
-    _, kc, vc = _own_kernels_gpu.make_cache(torch, "slot_major_padded", tokens, n_kv, d, tokens, g, dev)
+    if permuted:
+        kc, vc, table = paged_layer(n_kv, d, [tokens], True, g)
+    else:
+        _, kc, vc = _own_kernels_gpu.make_cache(torch, "slot_major_padded", tokens, n_kv, d,
+                                                tokens, g, dev)
+        table = _own_kernels_gpu.identity_table(torch, 1, tokens, dev)
     qkv, q, qs = _own_kernels_gpu.make_q(torch, tokens, n_q, n_kv, d, g, dev)
     pos = torch.zeros((1,), dtype=torch.int32, device=dev)
     out = torch.empty((tokens, n_q, d), dtype=torch.bfloat16, device=dev)
     scale = 1 / math.sqrt(d)
     flops = 4 * n_q * d * tokens * (tokens + 1) / 2
-    us = time_cupy([lambda: k.attn_prefill(q, qs, kc, vc, pos, out, n_q, n_kv, tokens, scale)])
+    us = time_cupy([lambda: k.attn_prefill(q, qs, kc, vc, pos, table, out, n_q, n_kv, tokens,
+                                           scale)])
     qt = torch.randn((1, n_q, tokens, d), device=dev, dtype=torch.bfloat16)
     kt = torch.randn((1, n_kv, tokens, d), device=dev, dtype=torch.bfloat16)
     vt = torch.randn((1, n_kv, tokens, d), device=dev, dtype=torch.bfloat16)
@@ -163,7 +233,8 @@ def bench_prefill(k, n_q, n_kv, d, tokens):
     except Exception as exc:
         print(f"  torch SDPA prefill failed: {exc!r}")
         tus = None
-    row(f"attn prefill {n_q}q/{n_kv}kv d{d} T{tokens} causal", us, tus, "TFLOP/s", flops)
+    paged = " paged permuted" if permuted else ""
+    row(f"attn prefill {n_q}q/{n_kv}kv d{d} T{tokens} causal{paged}", us, tus, "TFLOP/s", flops)
 
 
 def bench_argmax(k, vocab=151936, copies=192):   # 58 MB > L2
@@ -199,18 +270,26 @@ def main() -> int:
     for ctx in (8192, 32768):
         bench_decode(k, 32, 8, 128, ctx, (16, 32, 64, 128, (64, 16)), layers=4)
         bench_decode(k, 9, 3, 64, ctx, (32, 64, 128, 256, (128, 32)), layers=4)
+    # paged pool (issue 20): page order at batch 1, then many sequences per launch
+    for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
+        bench_decode_paged(k, n_q, n_kv, d, 1, 4096, layers=8)
+        bench_decode_paged(k, n_q, n_kv, d, 1, 32768, layers=4)
+        bench_decode_paged(k, n_q, n_kv, d, 64, 1024, layers=2)
+        bench_decode_paged(k, n_q, n_kv, d, 256, 512, layers=2)
     for tokens in (512, 2048):
         bench_prefill(k, 32, 8, 128, tokens)
     for tokens in (512, 2048):
         bench_prefill(k, 9, 3, 64, tokens)
+    bench_prefill(k, 32, 8, 128, 2048, permuted=True)
+    bench_prefill(k, 9, 3, 64, 2048, permuted=True)
     bench_argmax(k)
     for tokens in (1, 2048):
         bench_embedding(k, tokens)
     print(f"\n== summary (median device time per launch; rate) [{time.time() - t0:.0f} s] ==")
-    print(f"{'what':44s} {'kern us':>9s} {'rate':>9s} | {'torch us':>9s} {'rate':>9s}  unit")
+    print(f"{'what':56s} {'kern us':>9s} {'rate':>9s} | {'torch us':>9s} {'rate':>9s}  unit")
     for what, us, r, tus, tr, unit in ROWS:
         ts = f"{tus:9.2f} {tr:9.1f}" if tus else f"{'-':>9s} {'-':>9s}"
-        print(f"{what:44s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
+        print(f"{what:56s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
     return 0
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 KERNELS = Path(__file__).resolve().parent.parent
 PREFILL_SMEM = {64: 40960, 128: 81920}
+PAGE = 16          # slots per page of the paged KV pool (kPageTokens, contract PAGE_TOKENS)
 
 
 def _build_module():
@@ -70,33 +71,37 @@ class Kernels:
                                           np.int32(vocab)))
         f2((rows, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
 
-    def attn_decode(self, q, q_row_stride, k, v, pos0, part_ml, part_acc, out,
+    def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, out,
                     n_q, n_kv, splits, scale, tokens, s_min=None):
-        """k, v: views [slots, n_kv, D] with unit last stride (any other strides); ``splits``:
-        the grid's (most) splits, ``s_min``: the fewest a row uses (default: ``splits``, a
-        fixed split count at every context)."""
+        """k, v: views [slots, n_kv, D] with unit last stride (any other strides); kv_lens i32
+        [tokens]; table i32 [tokens, P] with unit last stride (row stride: table.stride(0));
+        ``splits``: the grid's (most) splits, ``s_min``: the fewest a row uses (default:
+        ``splits``, a fixed split count at every context)."""
         s_min = splits if s_min is None else s_min
         d = k.shape[-1]
+        assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
         f1 = self.fn("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{d}")
         f2 = self.fn("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{d}")
         f1((n_kv, splits, tokens), (128, 1, 1),
-           (ptr(q), ptr(k), ptr(v), ptr(pos0), ptr(part_ml), ptr(part_acc),
+           (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(part_ml), ptr(part_acc),
             np.int32(q_row_stride), np.int64(k.stride(0)), np.int64(k.stride(1)),
             np.int64(v.stride(0)), np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv),
-            np.float32(scale), np.int32(s_min)))
+            np.float32(scale), np.int32(s_min), np.int32(table.stride(0))))
         f2((n_q, tokens, 1), (d, 1, 1),
-           (ptr(part_ml), ptr(part_acc), ptr(pos0), ptr(out), np.int32(n_q), np.int32(splits),
-            np.int32(s_min)))
+           (ptr(part_ml), ptr(part_acc), ptr(kv_lens), ptr(out), np.int32(n_q),
+            np.int32(splits), np.int32(s_min)))
 
-    def attn_prefill(self, q, q_row_stride, k, v, pos0, out, n_q, n_kv, tokens, scale):
+    def attn_prefill(self, q, q_row_stride, k, v, pos0, table, out, n_q, n_kv, tokens, scale):
+        """One sequence: its pages are row 0 of ``table`` (i32, unit last stride)."""
         d = k.shape[-1]
+        assert table.stride(-1) == 1
         f = self.fn("attn_prefill.cubin", f"kern_attn_prefill_bf16_d{d}")
         smem = PREFILL_SMEM[d]
         if (d, smem) not in self._smem_set:      # opt in above 48 KB (as kern-runtime does)
             f.max_dynamic_shared_size_bytes = smem
             self._smem_set.add((d, smem))
         f((math.ceil(tokens / 64), n_q, 1), (128, 1, 1),
-          (ptr(q), ptr(k), ptr(v), ptr(pos0), ptr(out), np.int32(q_row_stride),
+          (ptr(q), ptr(k), ptr(v), ptr(pos0), ptr(table), ptr(out), np.int32(q_row_stride),
            np.int64(k.stride(0)), np.int64(k.stride(1)), np.int64(v.stride(0)),
            np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv), np.int32(tokens),
            np.float32(scale)), shared_mem=smem)
@@ -150,3 +155,82 @@ def ref_attention(torch, q, k, v, pos0: int, scale: float, n_q: int, n_kv: int):
     s = s.masked_fill((cols > rows)[None], float("-inf"))
     p = torch.softmax(s, dim=-1)
     return torch.einsum("htl,lhd->thd", p, vf)
+
+
+# ----------------------------------------------------------------------------- paged KV
+
+def pages_for(n_keys: int) -> int:
+    return -(-n_keys // PAGE)
+
+
+def identity_table(torch, rows: int, n_keys: int, dev):
+    """i32 [rows, ceil(n_keys / PAGE)], every row 0, 1, 2, ...: key j at slot j (batch 1)."""
+    width = max(1, pages_for(n_keys))
+    return torch.arange(width, dtype=torch.int32, device=dev).repeat(rows, 1).contiguous()
+
+
+def causal_kv_lens(torch, pos0: int, tokens: int, dev):
+    """i32 [tokens]: row t of a chunk at position pos0 + t sees pos0 + t + 1 keys."""
+    return torch.arange(pos0 + 1, pos0 + tokens + 1, dtype=torch.int32, device=dev)
+
+
+def poison_page0(torch, k, v) -> None:
+    """Page 0 of a pool, never referenced by a random table: huge K (a score that would
+    dominate its row) and NaN V in one half, the other way round in the other half."""
+    big = torch.tensor(3e38, dtype=torch.bfloat16, device=k.device)
+    k[:PAGE // 2] = big
+    v[:PAGE // 2] = float("nan")
+    k[PAGE // 2:PAGE] = float("nan")
+    v[PAGE // 2:PAGE] = -big
+
+
+def random_pages(torch, lengths: list[int], n_pages: int, gen) -> list:
+    """Per sequence, ceil(L / PAGE) distinct pages drawn without replacement from pages
+    1 .. n_pages - 1 of one pool (i32 tensors; page 0 is never drawn)."""
+    counts = [pages_for(n) for n in lengths]
+    assert sum(counts) <= n_pages - 1, "pool too small"
+    perm = torch.randperm(n_pages - 1, generator=gen, device=gen.device).to(torch.int32) + 1
+    return list(torch.split(perm[:sum(counts)], counts))
+
+
+def contiguous_pages(torch, lengths: list[int], dev) -> list:
+    """Per sequence, consecutive pages from page 0 on (sequence 0 at slots 0 .. L0 - 1)."""
+    out, start = [], 0
+    for n in lengths:
+        out.append(torch.arange(start, start + pages_for(n), dtype=torch.int32, device=dev))
+        start += pages_for(n)
+    return out
+
+
+def table_of(torch, rows_pages: list, dev, width: int | None = None):
+    """i32 [rows, width]: row r holds rows_pages[r], then 0 (the poisoned page) up to width."""
+    width = width or max(1, max(len(p) for p in rows_pages))
+    table = torch.zeros((len(rows_pages), width), dtype=torch.int32, device=dev)
+    for r, p in enumerate(rows_pages):
+        table[r, :len(p)] = p
+    return table
+
+
+def key_slots(torch, pages, n_keys: int):
+    """i64 [n_keys]: the pool slot of key j through a page list (the ABI's mapping)."""
+    j = torch.arange(n_keys, device=pages.device)
+    return pages.long()[j // PAGE] * PAGE + j % PAGE
+
+
+def random_kv(torch, n_keys: int, n_kv: int, d: int, gen, dev):
+    """The logical K and V of one sequence, bf16 [n_keys, n_kv, d]."""
+    k = torch.randn((n_keys, n_kv, d), generator=gen, device=dev).to(torch.bfloat16)
+    v = torch.randn((n_keys, n_kv, d), generator=gen, device=dev).to(torch.bfloat16)
+    return k, v
+
+
+def paged_pool(torch, layout: str, n_pages: int, n_kv: int, d: int, gen, dev):
+    """An all-NaN pool of n_pages pages in ``layout`` (see make_cache): (pool, k, v)."""
+    return make_cache(torch, layout, n_pages * PAGE, n_kv, d, 0, gen, dev)
+
+
+def write_sequence(torch, k, v, pages, lk, lv) -> None:
+    """Store one sequence's logical K/V [L, n_kv, d] at the slots of its pages."""
+    slots = key_slots(torch, pages, lk.shape[0])
+    k[slots] = lk
+    v[slots] = lv

@@ -120,6 +120,52 @@ def test_example_steps_match_cubin_layouts(built):
             assert cub.param_layout(sym) == cub.param_layout(twin), sym
 
 
+# The paged attention ABI (issue 20) exactly as kern-gen emits it, per symbol stem (both
+# head dims): a change here is a change of the generator's contract.
+PAGED_ATTENTION_PARAMS = {
+    "kern_attn_decode_partial_bf16": (
+        "attn_decode.cubin",
+        ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+         "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
+         "f32", "i32", "i32"]),
+    "kern_attn_decode_reduce_bf16": (
+        "attn_decode.cubin",
+        ["in buffer<f32>", "in buffer<f32>", "in buffer<i32>", "out buffer<bf16>", "i32", "i32",
+         "i32"]),
+    "kern_attn_prefill_bf16": (
+        "attn_prefill.cubin",
+        ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+         "out buffer<bf16>", "i32", "i64", "i64", "i64", "i64", "i32", "i32", "i32", "f32"]),
+}
+PAGED_ATTENTION_INTERFACES = [
+    ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+     "out buffer<bf16>"],                                        # decode: ..., kv_lens, table, out
+    ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+     "out buffer<bf16>", "i32"],                                 # prefill: ..., pos0, table, out, T
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("stem", sorted(PAGED_ATTENTION_PARAMS))
+@pytest.mark.parametrize("d", [64, 128])
+def test_paged_attention_symbols_have_the_generator_layout(built, stem, d):
+    out, _ = built
+    cubin, params = PAGED_ATTENTION_PARAMS[stem]
+    assert Cubin.read(out / cubin).param_layout(f"{stem}_d{d}") == layout(params)
+
+
+def test_paged_attention_abi_is_documented():
+    """ABI.md states each step's list and each interface, and its example uses them."""
+    doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
+    for _, params in PAGED_ATTENTION_PARAMS.values():
+        assert tuple(params) in doc_lists
+    for iface in PAGED_ATTENTION_INTERFACES:
+        assert tuple(iface) in doc_lists
+    kernels = example_manifest()["kernels"]
+    assert [kernels["attn_decode"]["params"], kernels["attn_prefill"]["params"]] == \
+        PAGED_ATTENTION_INTERFACES
+
+
 def test_documented_param_lists_match_example():
     """The bracketed parameter lists in the prose equal the example's step params."""
     doc_lists = {tuple(json.loads(m)) for m in re.findall(r"^`(\[\"[^`]*\])`", ABI, re.M)}
