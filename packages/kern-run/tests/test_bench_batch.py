@@ -51,6 +51,8 @@ def test_the_plain_baseline_may_cover_the_first_prompts_only():
     B.batch_rows(rep, "b", data)
     assert "plain batch-1 (2 prompts x 4 tokens)" in rep.table()
     assert "identical 2/2" in rep.table()
+    data = B.measure(rt, cfg, prompts, steps=4, concurrency=(1, 2), per_concurrency=2)
+    assert [(r["requests"], r["tokens"]) for r in data["engine"]] == [(2, 8), (4, 16)]
 
 
 def test_a_divergence_is_reported_with_its_first_index(monkeypatch):

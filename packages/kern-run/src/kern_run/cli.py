@@ -104,6 +104,7 @@ def bench_command(
     concurrency: Annotated[Optional[list[int]], typer.Option(help="--batch: requests in flight (repeat; default 1 4 16 32 64)")] = None,
     check: Annotated[bool, typer.Option("--check", help="--batch: compare every engine output with the plain run's tokens (first differing index)")] = False,
     plain_prompts: Annotated[Optional[int], typer.Option(help="--batch: run the plain baseline (and --check) on the first N prompts only (default: all)")] = None,
+    per_concurrency: Annotated[Optional[int], typer.Option(help="--batch: concurrency c runs the first K x c prompts (default: all)")] = None,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     import json
@@ -111,7 +112,7 @@ def bench_command(
     from .runner import probe_gpu
     if batch:
         return _bench_batch(prompts, prompt_len, prompt_source, concurrency, check, steps, gpu,
-                            json_out, qwen3, plain_prompts)
+                            json_out, qwen3, plain_prompts, per_concurrency)
     try:
         cases = list(case or [])
         bad = [c for c in cases if c not in ("smollm2", "qwen3")]
@@ -151,7 +152,8 @@ def bench_command(
 
 def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[int] | None,
                  check: bool, steps: int, gpu: int, json_out: Path | None,
-                 qwen3: Path | None = None, plain_prompts: int | None = None) -> None:
+                 qwen3: Path | None = None, plain_prompts: int | None = None,
+                 per_concurrency: int | None = None) -> None:
     import json
 
     from .bench.batch import CONCURRENCY, check_batch_options, run_batch
@@ -161,8 +163,9 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
         check_batch_options(prompts, prompt_len, source, conc)
         if steps < 1:
             raise KernRunError(f"--steps must be at least 1 (got {steps})")
-        if plain_prompts is not None and plain_prompts < 1:
-            raise KernRunError(f"--plain-prompts must be at least 1 (got {plain_prompts})")
+        for name, v in (("--plain-prompts", plain_prompts), ("--per-concurrency", per_concurrency)):
+            if v is not None and v < 1:
+                raise KernRunError(f"{name} must be at least 1 (got {v})")
         if qwen3 is not None:
             if not (qwen3 / "manifest.json").is_file():
                 raise KernRunError(f"--qwen3 `{qwen3}`: no manifest.json there")
@@ -176,7 +179,7 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
         opts = qwen3_options(qwen3, gpu) if qwen3 is not None else RunOptions(gpu=gpu)
         report = run_batch(opts, prompts=prompts, prompt_len=prompt_len,
                            source=source, steps=steps, concurrency=conc, check=check,
-                           plain_prompts=plain_prompts)
+                           plain_prompts=plain_prompts, per_concurrency=per_concurrency)
     except Exception as err:
         _fail(err)
         return

@@ -147,12 +147,13 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def measure(rt, cfg: EngineConfig, prompts: Sequence[Sequence[int]], *, steps: int,
             concurrency: Sequence[int] = CONCURRENCY, check: bool = False,
-            plain_prompts: int | None = None,
+            plain_prompts: int | None = None, per_concurrency: int | None = None,
             clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Plain first (over the first ``plain_prompts`` prompts, default all: its tok/s is the
     baseline), then each concurrency over all prompts; with ``check``: per concurrency, the
     prompts run both ways whose engine output differs from the plain one, ``{prompt index:
-    first differing index}``, and the plain run's logit gap there."""
+    first differing index}``, and the plain run's logit gap there. ``per_concurrency`` k:
+    concurrency c runs the first k x c prompts only (issue 20: >= 8 x c requests)."""
     plain, plain_s = plain_runs(rt, prompts[:plain_prompts], steps=steps, chunk=cfg.chunk,
                                 max_tokens=cfg.max_tokens, vocab=cfg.vocab,
                                 capacity=cfg.capacity, clock=clock)
@@ -162,8 +163,10 @@ def measure(rt, cfg: EngineConfig, prompts: Sequence[Sequence[int]], *, steps: i
                                      "tok_s": plain_tokens / plain_s if plain_s else 0.0},
                            "engine": []}
     for c in concurrency:
-        r = engine_run(rt, cfg, prompts, steps=steps, concurrency=c, clock=clock)
-        row = {"concurrency": c, "in_flight": r.in_flight, "tokens": r.tokens,
+        some = prompts[:per_concurrency * c] if per_concurrency else prompts
+        r = engine_run(rt, cfg, some, steps=steps, concurrency=c, clock=clock)
+        row = {"concurrency": c, "requests": len(some), "in_flight": r.in_flight,
+               "tokens": r.tokens,
                "seconds": r.seconds, "tok_s": r.tok_s, "step_ms": r.step_ms,
                "host_ms": r.host_ms, "capture_ms": r.capture_ms}
         if check:
@@ -232,7 +235,8 @@ def qwen3_options(qwen3_dir, gpu: int):
 
 
 def run_batch(opts, *, prompts: int, prompt_len: int, source: str, steps: int,
-              concurrency: Sequence[int], check: bool, plain_prompts: int | None = None):
+              concurrency: Sequence[int], check: bool, plain_prompts: int | None = None,
+              per_concurrency: int | None = None):
     """The GPU side of ``kern-run bench --batch`` on the model of ``opts`` (a
     :class:`kern_run.runner.RunOptions`; empty: the bundled default): a :class:`.Report`."""
     from ..engine import open_engine
@@ -244,7 +248,7 @@ def run_batch(opts, *, prompts: int, prompt_len: int, source: str, steps: int,
         ids = (text_prompts(opened.tokenizer, prompts, prompt_len) if source == "text"
                else id_prompts(prompts, prompt_len, e.cfg.vocab))
         data = measure(e.rt, e.cfg, ids, steps=steps, concurrency=concurrency, check=check,
-                       plain_prompts=plain_prompts)
+                       plain_prompts=plain_prompts, per_concurrency=per_concurrency)
     finally:
         opened.engine.close()
     data["model"] = opened.info.model
