@@ -179,8 +179,11 @@ async def soak(url: str, seconds: float, pid: int | None, conc: int = 32) -> dic
                         dones += 1
                     elif line.startswith("data: "):
                         n += 1
-                        rid = rid or json.loads(line[6:]).get("id")
-                        if "error" in line:
+                        chunk = json.loads(line[6:])
+                        rid = rid or chunk.get("id")
+                        # an error event is the object {"error": ...}; generated text may
+                        # contain the word (the first soak counted 8 such streams as 5xx)
+                        if "error" in chunk:
                             counts["5xx"] += 1
                     if x < 0.15 and n >= 3:
                         break
