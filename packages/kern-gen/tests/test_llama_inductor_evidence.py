@@ -357,7 +357,9 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     np.testing.assert_allclose(got, q_ref, rtol=1e-12, atol=1e-12)
 
     # --- K: k rope fused with the cache write; V: its own writer (decode) or fused into the
-    # K writer (prefill); every row t is stored at the slot the kernel loads from `slots[t]`
+    # K writer (prefill); every row t is stored at the slot the kernel loads from `slots[t]`,
+    # here scattered over a pool (a paged engine's pages), not the positions
+    slots = rng.permutation(64 * T)[:T] + 3
     kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(8, 12)) if program == "decode" \
         else (ast["args"][i]["i64"] for i in range(7, 11))
     tk, st, disp = _by_role(program, "k_rope_cache")
@@ -385,7 +387,7 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
         store = _access(tk, "store", cache_ptr)
         tmps = _tmp_names(store)
         assert len(tmps) == 1, store              # the slot loaded for the row
-        slot_idx = np.broadcast_to(_ev(store, env, **{tmps[0]: pos[row]}), in_idx.shape)
+        slot_idx = np.broadcast_to(_ev(store, env, **{tmps[0]: slots[row]}), in_idx.shape)
         if is_k:
             ptrs = [(n, t) for n, t in tk.sig if t.startswith("*")]
             ang_ptr = next(n for n, t in ptrs if t == "*fp32")
@@ -394,9 +396,10 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
         else:
             val = x[in_idx]
             ref = x.reshape(T, KV, D).transpose(1, 0, 2)
-        cache = np.full((int(pos.max()) + 1) * KV * D, np.nan)
+        cache = np.full((int(slots.max()) + 1) * KV * D, np.nan)
         cache[slot_idx.ravel()] = np.broadcast_to(val, in_idx.shape).ravel()
-        s_, h_, d_ = np.meshgrid(pos, np.arange(KV), np.arange(D), indexing="ij")
+        assert np.isnan(cache).sum() == cache.size - T * KV * D, "stores outside the slots"
+        s_, h_, d_ = np.meshgrid(slots, np.arange(KV), np.arange(D), indexing="ij")
         got = cache[s_ * (kst if is_k else vst) + h_ * (kh if is_k else vh) + d_]
         np.testing.assert_allclose(got.transpose(1, 0, 2), ref, rtol=1e-12, atol=1e-12,
                                    err_msg=f"{program} {role}")
