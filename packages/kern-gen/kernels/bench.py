@@ -137,19 +137,27 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
         if best is None or us < best[0]:
             best = (us, name)
     # torch: SDPA on contiguous [1, H, ctx, d] K/V (its preferred layout), GQA
-    kv = [(torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
-           torch.randn((1, n_kv, ctx, d), device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
-    qt = torch.randn((1, n_q, 1, d), device=dev, dtype=torch.bfloat16)
-    try:
-        tus = time_torch([(lambda a=a: F.scaled_dot_product_attention(qt, a[0], a[1],
-                                                                      enable_gqa=True))
-                          for a in kv])
-    except Exception as exc:
-        print(f"  torch SDPA decode failed: {exc!r}")
-        tus = None
+    tus = sdpa_decode_us(n_q, n_kv, d, 1, ctx, layers, "decode")
     row(f"attn decode {n_q}q/{n_kv}kv d{d} ctx{ctx} ({best[1]})", best[0], tus, "GB/s", nbytes)
-    del caches, kv
+    del caches
     torch.cuda.empty_cache()
+
+
+def sdpa_decode_us(n_q, n_kv, d, batch, ctx, layers, what):
+    """torch's median µs for one query row per sequence: SDPA (GQA) over contiguous
+    [batch, n_kv, ctx, d] K/V, its preferred layout, one cache per layer; None if it fails."""
+    dev = "cuda"
+    kv = [(torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
+           torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16))
+          for _ in range(layers)]
+    qt = torch.randn((batch, n_q, 1, d), device=dev, dtype=torch.bfloat16)
+    try:
+        return time_torch([(lambda a=a: F.scaled_dot_product_attention(qt, a[0], a[1],
+                                                                       enable_gqa=True))
+                           for a in kv])
+    except Exception as exc:
+        print(f"  torch SDPA {what} failed: {exc!r}")
+        return None
 
 
 # The generator's decode split counts (kern_gen.llama.own: s_min = decode_splits(kv heads),
@@ -182,18 +190,7 @@ def bench_decode_paged(k, n_q, n_kv, d, batch, ctx, layers):
     out = torch.empty((batch, n_q, d), dtype=torch.bfloat16, device=dev)
     scale = 1 / math.sqrt(d)
     nbytes = 2 * batch * ctx * n_kv * d * 2
-    kv = [(torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16),
-           torch.randn((batch, n_kv, ctx, d), device=dev, dtype=torch.bfloat16))
-          for _ in range(layers)]
-    qt = torch.randn((batch, n_q, 1, d), device=dev, dtype=torch.bfloat16)
-    try:
-        tus = time_torch([(lambda a=a: F.scaled_dot_product_attention(qt, a[0], a[1],
-                                                                      enable_gqa=True))
-                          for a in kv])
-    except Exception as exc:
-        print(f"  torch SDPA batched decode failed: {exc!r}")
-        tus = None
-    del kv
+    tus = sdpa_decode_us(n_q, n_kv, d, batch, ctx, layers, "batched decode")
     for permuted in (False, True):
         pools = [paged_layer(n_kv, d, [ctx] * batch, permuted, g) for _ in range(layers)]
         us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, out,

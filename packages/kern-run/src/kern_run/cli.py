@@ -107,8 +107,6 @@ def bench_command(
     per_concurrency: Annotated[Optional[int], typer.Option(help="--batch: concurrency c runs the first K x c prompts (default: all)")] = None,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
-    import json
-
     from .runner import probe_gpu
     if batch:
         return _bench_batch(prompts, prompt_len, prompt_source, concurrency, check, steps, gpu,
@@ -145,6 +143,12 @@ def bench_command(
     except Exception as err:
         _fail(err)
         return
+    _print_report(report, json_out)
+
+
+def _print_report(report, json_out: Path | None) -> None:
+    """The bench's table on stdout; its raw numbers as JSON to ``--json``."""
+    import json
     print(report.table())
     if json_out is not None:
         json_out.write_text(json.dumps(report.data, indent=2, default=str))
@@ -154,24 +158,13 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
                  check: bool, steps: int, gpu: int, json_out: Path | None,
                  qwen3: Path | None = None, plain_prompts: int | None = None,
                  per_concurrency: int | None = None) -> None:
-    import json
-
     from .bench.batch import CONCURRENCY, check_batch_options, run_batch
     from .runner import RunOptions, probe_gpu
     conc = list(concurrency or CONCURRENCY)
     try:
-        check_batch_options(prompts, prompt_len, source, conc)
-        if steps < 1:
-            raise KernRunError(f"--steps must be at least 1 (got {steps})")
-        for name, v in (("--plain-prompts", plain_prompts), ("--per-concurrency", per_concurrency)):
-            if v is not None and v < 1:
-                raise KernRunError(f"{name} must be at least 1 (got {v})")
-        if qwen3 is not None:
-            if not (qwen3 / "manifest.json").is_file():
-                raise KernRunError(f"--qwen3 `{qwen3}`: no manifest.json there")
-            if source != "ids":
-                raise KernRunError("--batch --qwen3 runs seeded random weights: give "
-                                   "--prompt-source ids")
+        check_batch_options(prompts, prompt_len, source, conc, steps=steps,
+                            plain_prompts=plain_prompts, per_concurrency=per_concurrency,
+                            qwen3=qwen3)
         ok, why = probe_gpu()
         if not ok:
             raise NoGpuError(f"no usable GPU here ({why}); kern-run bench needs an NVIDIA GPU")
@@ -183,9 +176,7 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
     except Exception as err:
         _fail(err)
         return
-    print(report.table())
-    if json_out is not None:
-        json_out.write_text(json.dumps(report.data, indent=2, default=str))
+    _print_report(report, json_out)
 
 
 def main() -> None:

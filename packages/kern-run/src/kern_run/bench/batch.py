@@ -202,17 +202,27 @@ def batch_rows(rep, case: str, data: dict[str, Any]) -> None:
 
 
 def check_batch_options(prompts: int, prompt_len: int, source: str,
-                        concurrency: Sequence[int]) -> None:
-    """Refuse bad ``--batch`` options (one line each, naming the option)."""
+                        concurrency: Sequence[int], *, steps: int = 1,
+                        plain_prompts: int | None = None, per_concurrency: int | None = None,
+                        qwen3=None) -> None:
+    """Refuse bad ``--batch`` options (one line each, naming the option), before the GPU."""
     from ..errors import KernRunError
-    problems = [f"{name} must be at least 1 (got {v})" for name, v in
-                (("--prompts", prompts), ("--prompt-len", prompt_len)) if v < 1]
+    counts = (("--prompts", prompts), ("--prompt-len", prompt_len), ("--steps", steps),
+              ("--plain-prompts", plain_prompts), ("--per-concurrency", per_concurrency))
+    problems = [f"{name} must be at least 1 (got {v})" for name, v in counts
+                if v is not None and v < 1]
     if source not in ("text", "ids"):
         problems.append(f"--prompt-source {source!r}: give text (the spec prompt sets' "
                         f"texts) or ids (token ids)")
     bad = [c for c in concurrency if c < 1]
     if not concurrency or bad:
         problems.append(f"--concurrency must be at least 1 (got {bad[0] if bad else 'none'})")
+    if qwen3 is not None:
+        if not (qwen3 / "manifest.json").is_file():
+            problems.append(f"--qwen3 `{qwen3}`: no manifest.json there")
+        elif source != "ids":
+            problems.append("--batch --qwen3 runs seeded random weights: give "
+                            "--prompt-source ids")
     if problems:
         raise KernRunError(*problems)
 
