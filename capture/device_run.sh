@@ -60,7 +60,9 @@ phase() {
 }
 
 # --- inputs ---------------------------------------------------------------------------------
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+# KCAP_SKIP_WHEELS=1: the wheels are already in /tmp/site (two runs side by side must not
+# install into one folder at once).
+if [ -z "${KCAP_SKIP_WHEELS:-}" ] && [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   for w in .whl/*.whl; do # one by one: a wheel for another platform must not block the rest
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w" || true
   done

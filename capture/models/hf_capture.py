@@ -7,7 +7,9 @@ The script knows nothing about the capture library: it is an ordinary PyTorch pr
 
 Workload: for each prompt length, one prefill of that many tokens and --decode greedy
 decode steps, all through one compiled forward (Inductor, default mode: no CUDA graphs,
-so every kernel launch executes and is seen by CUPTI).  A static KV cache keeps cache
+so every kernel launch executes and is seen by CUPTI; Inductor's programmatic dependent
+launch is on unless --no-pdl: its Triton kernels wait on the grid dependency and launch
+their dependents early, the code kern replays with PDL).  A static KV cache keeps cache
 pointers fixed across requests.  --cache-layout token-major (the default) stores it
 `[1, L, kv_heads, D]` with L = the model's max_position_embeddings and an explicit
 per-token write index (token_major_cache.py says why); head-major is transformers'
@@ -203,6 +205,14 @@ def run(args: argparse.Namespace) -> dict:
         sync(args.device)
     forward = model.forward
     if args.compile:
+        # Inductor's Triton kernels then start with a grid-dependency wait (SASS ACQBULK) and
+        # signal their dependents (PREEXIT), and are launched with programmatic stream
+        # serialization; kern-gen marks a mined step `pdl` only where its cubin has the wait.
+        import torch._inductor.config as inductor_config
+        if not hasattr(inductor_config.triton, "enable_pdl"):
+            raise SystemExit(f"torch {torch.__version__}: Inductor has no triton.enable_pdl; "
+                             f"capture with --no-pdl or a newer torch")
+        inductor_config.triton.enable_pdl = args.pdl
         forward = torch.compile(model.forward, dynamic=args.dynamic, fullgraph=False)
     vocab = model.config.vocab_size
     requests = []
@@ -262,7 +272,8 @@ def run(args: argparse.Namespace) -> dict:
         "attn_implementation": args.attn,
         "cache": {"kind": cache_kind, "layout": args.cache_layout if cache_kind == "static" else "dynamic",
                   "max_len": args.max_cache, "tensors": [describe(n, t) for n, t in cache_tensors(cache)]},
-        "compile": {"enabled": args.compile, "dynamic": args.dynamic, "mode": "default", "cudagraphs": False},
+        "compile": {"enabled": args.compile, "dynamic": args.dynamic, "mode": "default", "cudagraphs": False,
+                    "pdl": args.pdl},
         "torch": torch.__version__,
         "pid": os.getpid(),
         "clock": "CLOCK_MONOTONIC",
@@ -290,6 +301,9 @@ def main() -> int:
                     help="static cache length L (default: the model's max_position_embeddings for "
                          "token-major, 1024 for head-major)")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
+                    help="compile without Inductor's programmatic dependent launch "
+                         "(torch._inductor.config.triton.enable_pdl; on by default)")
     ap.add_argument("--dynamic", default="auto", choices=["auto", "true", "false"],
                     help="torch.compile dynamic= (auto: None, PyTorch decides)")
     ap.add_argument("--warmup", type=int, default=1,
