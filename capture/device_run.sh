@@ -135,11 +135,11 @@ run_model() { # run_model NAME CAPDIR|- ARGS... : wall seconds -> $WORK/NAME.wal
 }
 export -f run_model
 
-want qwen3 && phase qwen3 300 bash -c 'run_model qwen3 $WORK/cap-qwen3 --model qwen3-4b-random'
+want qwen3 && phase qwen3 ${KCAP_LIMIT_QWEN3:-300} bash -c 'run_model qwen3 $WORK/cap-qwen3 --model qwen3-4b-random'
 
 if [ -f "$GGUF" ]; then
   export SMALL="--model smollm2 --gguf $GGUF" SMALLNAME=smollm2
-  want smollm2 && phase smollm2 210 bash -c 'run_model smollm2 $WORK/cap-smollm2 $SMALL'
+  want smollm2 && phase smollm2 ${KCAP_LIMIT_SMOLLM2:-210} bash -c 'run_model smollm2 $WORK/cap-smollm2 $SMALL'
 else
   echo "SKIP smollm2: GGUF file not found at $GGUF (slowdown measured on qwen3-tiny instead)"
   printf 'smollm2\tskipped(no gguf)\t0\n' >> "$SUMMARY"
