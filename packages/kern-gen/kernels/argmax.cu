@@ -14,6 +14,12 @@
 #include <stdint.h>
 #include <math_constants.h>
 
+// Programmatic dependent launch (ABI.md, "PDL"): wait for the previous grid on the stream
+// before the first memory access, and let the next grid start launching once this one has
+// done its reads.  Both are no-ops in a plain launch.
+#define KERN_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define KERN_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+
 namespace {
 
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
@@ -48,6 +54,7 @@ kern_argmax_bf16_partial(const __nv_bfloat16* __restrict__ logits,
 {
     const int row = blockIdx.x;
     const int p = blockIdx.y;
+    KERN_GRID_WAIT();
     const int parts = gridDim.y;
     int chunk = (vocab + parts - 1) / parts;
     chunk = (chunk + 7) & ~7;
@@ -81,6 +88,7 @@ kern_argmax_bf16_partial(const __nv_bfloat16* __restrict__ logits,
         }
     }
 
+    KERN_LAUNCH_DEPENDENTS();
     __shared__ float sv[32];
     __shared__ int si[32];
     warp_best(bv, bi);
@@ -106,6 +114,8 @@ kern_argmax_bf16_reduce(const float* __restrict__ part_val,
                         int parts)
 {
     const int row = blockIdx.x;
+    KERN_GRID_WAIT();
+    KERN_LAUNCH_DEPENDENTS();
     float bv = -CUDART_INF_F;
     int bi = INT32_MAX;
     // one warp; lanes beyond 32 (if a larger block is launched) are ignored

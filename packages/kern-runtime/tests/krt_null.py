@@ -51,6 +51,7 @@ class NullDevice:
         self.ordinal = ordinal
         self.max_shared_optin = MAX_SHARED_OPTIN
         self.calls: list[tuple] = [("open", ordinal)]
+        self.pdl: dict[str, bool] = {}        # launch place -> launched with PDL
         self.capturing = False
         self._recorded: list[tuple] = []      # what the steps run during a capture queued
         self.memory = np.zeros(0, np.uint8)   # the arena's bytes
@@ -108,6 +109,7 @@ class NullDevice:
     def kernel(self, func: Any, bound: Any, stream: "NullStream") -> "NullStep":
         where = bound.template.where
         self._log("bind", where, bound.grid, bound.shared_mem)
+        self.pdl[where] = bound.template.pdl      # launched with programmatic dependent launch
         return NullStep(self, ("launch", where, bound.grid, bound.block, bound.shared_mem,
                                bound.args.data))
 

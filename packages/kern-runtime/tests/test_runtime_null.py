@@ -301,3 +301,25 @@ def test_close_releases_everything_once_in_order(loaded):
             call()
     with pytest.raises(CallerError, match="closed before this read was waited for"):
         lost.wait()
+
+
+# -- programmatic dependent launch -------------------------------------------------------
+
+def _pdl_on_second_twostep_step(obj):
+    obj["kernels"]["twostep"]["impl"]["steps"][1]["pdl"] = True
+
+
+@pytest.mark.parametrize("pdl", [True, False])
+def test_a_pdl_step_launches_with_pdl_only_when_the_runtime_allows_it(tmp_path, pdl):
+    m, k, w = features_files(tmp_path, _pdl_on_second_twostep_step)
+    rt, dev = load_null(m, k, w, capacity=gm.CAPACITY, pdl=pdl)
+    try:
+        rt.run("main", {"tokens": 3}, graph=False)
+        marked = {where for where, on in dev.pdl.items() if on}
+        assert len(dev.pdl) == MAIN_STEPS
+        if pdl:
+            assert len(marked) == 1 and "kernel `twostep` step 1" in next(iter(marked))
+        else:
+            assert marked == set()
+    finally:
+        rt.close()

@@ -105,6 +105,7 @@ def bench_command(
     check: Annotated[bool, typer.Option("--check", help="--batch: compare every engine output with the plain run's tokens (first differing index)")] = False,
     plain_prompts: Annotated[Optional[int], typer.Option(help="--batch: run the plain baseline (and --check) on the first N prompts only (default: all)")] = None,
     per_concurrency: Annotated[Optional[int], typer.Option(help="--batch: concurrency c runs the first K x c prompts (default: all)")] = None,
+    lever: Annotated[Optional[list[str]], typer.Option(help="CASE:LABEL=DIR (repeat): also measure the manifest in DIR (same weights) against the case's own, each with programmatic dependent launch off and on")] = None,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     from .runner import probe_gpu
@@ -122,6 +123,8 @@ def bench_command(
                 raise KernRunError(f"{name} must be at least 1 (got {v})")
         if not cases:
             cases = ["smollm2"] + (["qwen3"] if qwen3 is not None else [])
+        from .bench.levers import parse_levers
+        levers = parse_levers(lever or [])
         if "qwen3" in cases and (qwen3 is None or not (qwen3 / "manifest.json").is_file()):
             raise KernRunError(f"--qwen3 `{qwen3}`: no manifest.json there (the Qwen3-4B-shape "
                                f"example written by kern-gen)")
@@ -139,7 +142,8 @@ def bench_command(
         from .bench import run_bench
         report = run_bench(cases=cases, smollm2=smollm2, qwen3_dir=qwen3, baseline=baseline,
                            steps=steps, reps=reps, prefill=prefill, gpu=gpu,
-                           profile=profile, spec=spec, spec_k=spec_k, spec_limit=spec_limit)
+                           profile=profile, spec=spec, spec_k=spec_k, spec_limit=spec_limit,
+                           levers=levers)
     except Exception as err:
         _fail(err)
         return

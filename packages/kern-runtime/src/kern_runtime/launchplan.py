@@ -44,6 +44,11 @@ class StepTemplate:
     grid: tuple[Expr, Expr, Expr]
     shared_mem: Expr
     slots: tuple[Slot, ...]
+    #: Launch with programmatic dependent launch: the manifest step says ``pdl`` and the
+    #: runtime was loaded with PDL on. The kernel may then start before its predecessor on
+    #: the stream finishes; it must wait on the grid dependency itself (kern-gen sets
+    #: ``pdl`` only on kernels whose code does).
+    pdl: bool = False
 
     @property
     def is_extern(self) -> bool:
@@ -129,8 +134,9 @@ def _dispatch_slots(vm: VerifiedManifest, program: str, index: int, plan: Memory
 
 
 def compile_program(vm: VerifiedManifest, program: str, plan: MemoryPlan,
-                    addr: Addresses) -> list[StepTemplate]:
-    """Every launch of ``program`` in order, with addresses and literals resolved."""
+                    addr: Addresses, pdl: bool = True) -> list[StepTemplate]:
+    """Every launch of ``program`` in order, with addresses and literals resolved;
+    ``pdl=False`` launches every step plainly, whatever the manifest says."""
     out: list[StepTemplate] = []
     for i, d in enumerate(vm.manifest.programs[program].dispatches):
         dslots = _dispatch_slots(vm, program, i, plan, addr)
@@ -153,7 +159,7 @@ def compile_program(vm: VerifiedManifest, program: str, plan: MemoryPlan,
                 block=tuple(step.block),  # type: ignore[arg-type]
                 grid=tuple(step.grid),  # type: ignore[arg-type]
                 shared_mem=0 if step.shared_mem is UNSET else step.shared_mem,  # type: ignore[arg-type]
-                slots=tuple(slots)))
+                slots=tuple(slots), pdl=pdl and step.pdl is True))
     return out
 
 

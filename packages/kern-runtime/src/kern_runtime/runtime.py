@@ -81,16 +81,18 @@ class Runtime:
              kernels_dir: str | os.PathLike | None = None,
              weights: Sequence[str | os.PathLike] = (), capacity: int | None = None,
              device: int = 0, progress: Callable[[int, int], None] | None = _default_progress,
-             backend: Backend = "cuda") -> "Runtime":
+             backend: Backend = "cuda", pdl: bool = True) -> "Runtime":
         """Verify, check artifacts, allocate, resolve, upload. Raises a
         :class:`~kern_runtime.errors.KernRuntimeError` subclass naming the place; on any
         failure everything already allocated is released. ``device`` is the device index
         (the GPU ordinal); ``backend`` is ``"cuda"`` or a callable ``ordinal -> Device``
-        (:mod:`kern_runtime.device`)."""
+        (:mod:`kern_runtime.device`); ``pdl=False`` ignores the steps' ``pdl`` (an A/B switch:
+        the results are the same, only launch overlap differs)."""
         check_backend(backend)
         prep = prepare(manifest, kernels_dir, weights, capacity)
         rt = cls.__new__(cls)
         rt._init(prep, device, backend)
+        rt.pdl = pdl
         try:
             rt._load_device(progress)
         except BaseException:
@@ -144,7 +146,8 @@ class Runtime:
         if any(s.is_extern for k in self.vm.manifest.kernels.values() for s in k.impl.steps):
             self._lt = dev.gemm(self._stream)
         for name in self.vm.manifest.programs:
-            self._templates[name] = compile_program(self.vm, name, self.plan, self.addresses)
+            self._templates[name] = compile_program(self.vm, name, self.plan, self.addresses,
+                                                    self.pdl)
         self._upload_weights(progress)
         self._stream.synchronize(where="load")
 

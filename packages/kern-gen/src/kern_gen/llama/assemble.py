@@ -19,13 +19,14 @@ writers' compiled bound) and the attention kernels' strides come from the one
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import falsify as F
-from . import own
+from . import own, sass
 from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
@@ -46,28 +47,32 @@ class CubinSource:
 
 
 def step(symbol: str, params: list[str], block: list, grid: list, args: list, *,
-         cubin: str | None = None, sha256: str | None = None, shared_mem: Any = 0
-         ) -> dict[str, Any]:
+         cubin: str | None = None, sha256: str | None = None, shared_mem: Any = 0,
+         pdl: bool = False) -> dict[str, Any]:
     """One step of a manifest kernel's impl: ``symbol`` in ``cubin`` (pinned by ``sha256``;
     mined and own kernels) or an extern (``extern:…``, no cubin); ``shared_mem`` (bytes or an
-    expression of ``tokens``) only when not 0."""
+    expression of ``tokens``) only when not 0; ``pdl`` (launch with programmatic dependent
+    launch) only when the kernel's code waits on the grid dependency (:mod:`.sass`)."""
     s: dict[str, Any] = {"symbol": symbol}
     if cubin is not None:
         s.update(cubin=cubin, sha256=sha256)
     s.update(params=params, block=block, grid=grid)
     if shared_mem != 0:
         s["shared_mem"] = shared_mem
+    if pdl:
+        s["pdl"] = True
     s["args"] = args
     return s
 
 
 class Assembler:
-    def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own_sha: dict[str, str],
+    def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own: dict[str, bytes],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
                  gemm_impl: str = "cublaslt") -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
         self.merged = merged or {}      # merged weight -> [(part, first row)]
-        self.own_sha = own_sha
+        self.own = own                  # own cubin file -> its built bytes
+        self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
         self.gemm_impl = gemm_impl      # the GEMM_IMPLS entry every GEMM is emitted with
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
@@ -134,10 +139,16 @@ class Assembler:
         self.sources[name] = source
         return name
 
-    def own_step(self, file: str, symbol: str, **kw: Any) -> dict[str, Any]:
-        """A step of an own kernel (``kernels/<file>``, pinned by its built sha256)."""
+    def own_step(self, file: str, symbol: str, weights_first: bool = False,
+                 **kw: Any) -> dict[str, Any]:
+        """A step of an own kernel (``kernels/<file>``, pinned by its built sha256), with
+        ``pdl`` where its code waits on the grid dependency before any memory access
+        (``weights_first``: its source reads only weights before the wait, so the wait
+        alone is required; :func:`.sass.pdl_wait`)."""
         self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
-        return step(symbol, cubin=file, sha256=self.own_sha[file], **kw)
+        pdl = _pdl_of(self.own[file], symbol, f"own kernel `{symbol}` ({file})",
+                      weights_first=weights_first)
+        return step(symbol, cubin=file, sha256=self.own_sha[file], pdl=pdl, **kw)
 
     # --- whole manifest -------------------------------------------------------------------
     def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
@@ -244,8 +255,13 @@ def mined(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
             disp.append({"sym": "tokens"} if e == TOK else {"expr": e})
     grid = [_plain(s.fits[a].expr) for a in ("grid.x", "grid.y", "grid.z")]
     smem = s.fits.get("smem")
+    code = asm.facts.capture.module_bytes(s.module)
+    if code is None:
+        raise WiringError(f"{s.where(program, op.label)}: the capture has no cubin for "
+                          f"module {s.module}")
     st = step(s.name, step_params, list(s.info.block), grid, step_args, cubin=file,
-              sha256=s.module, shared_mem=_plain(smem.expr) if smem is not None else 0)
+              sha256=s.module, shared_mem=_plain(smem.expr) if smem is not None else 0,
+              pdl=_pdl_of(code, s.name, s.where(program, op.label)))
     name = asm.kernel(f"{program}.{_role(op.label)}.{s.module[:8]}",
                       {"params": iface, "impl": {"steps": [st]}},
                       f"mined `{s.name}` (module {s.module[:16]}…)")
@@ -285,6 +301,14 @@ EMIT: dict[str, Emitter] = {
     "attention": own.attention, "argmax": own.argmax,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""
+
+
+def _pdl_of(cubin: bytes, symbol: str, where: str, weights_first: bool = False) -> bool:
+    try:
+        return sass.pdl_wait(cubin, symbol, weights_first=weights_first)
+    except sass.CubinError as exc:
+        raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
+                          f"{exc}") from None
 
 
 def _role(label: str) -> str:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernRunError
+from .levers import lever_rows
 from .spec import (PEER_PROMPTS, SPEC_TARGETS, smollm2_spec, spec_rows,  # noqa: F401
                    spec_set_rows, verify_cost)
 from .torch_side import (baseline_in_child, checkpoint_in_child, lookup_in_child,
@@ -191,20 +192,25 @@ def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
 
 def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baseline: bool,
               steps: int, reps: int, prefill: int, gpu: int, profile: bool = False,
-              spec: bool = False, spec_k: int = 7, spec_limit: int | None = None) -> Report:
+              spec: bool = False, spec_k: int = 7, spec_limit: int | None = None,
+              levers: dict[str, list[tuple[str, Path]]] | None = None) -> Report:
     """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object.
     ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``.
     ``spec``: also prompt-lookup speculation vs plain greedy on the shipped prompt sets
-    (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases)."""
+    (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases).
+    ``levers``: case -> [(label, manifest folder)], measured with the case's own manifest,
+    PDL off and on (:mod:`.levers`)."""
     rep = Report()
     # (case, data key, what the profile's child loads)
     later: list[tuple[str, str, dict]] = []
     o = dict(baseline=baseline, steps=steps, reps=reps, gpu=gpu, profile=profile, spec=spec,
              spec_k=spec_k)
+    levers = levers or {}
     if "smollm2" in cases:
-        _smollm2_case(rep, later, smollm2, spec_limit=spec_limit, **o)
+        _smollm2_case(rep, later, smollm2, spec_limit=spec_limit,
+                      levers=levers.get("smollm2"), **o)
     if "qwen3" in cases:
-        _qwen3_case(rep, later, qwen3_dir, prefill=prefill, **o)
+        _qwen3_case(rep, later, qwen3_dir, prefill=prefill, levers=levers.get("qwen3"), **o)
     # the profiles last, each in a child process (torch.profiler leaves CUPTI subscribed in
     # its process: every later launch there pays host time)
     for case, key, load in later:
@@ -214,7 +220,7 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
 
 def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: int, reps: int,
                   gpu: int, profile: bool, spec: bool, spec_k: int,
-                  spec_limit: int | None) -> None:
+                  spec_limit: int | None, levers: list | None = None) -> None:
     """The SmolLM2 rows (``b``: the bundled default); a profile to take later is appended to
     ``later``."""
     from kern_manifest import read
@@ -237,6 +243,10 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
             sp = _try(rep, "smollm2", "spec", lambda: smollm2_spec(
                 rt, info, b, steps=steps, k=spec_k, capacity=limit,
                 fixed=info.context is not None, limit=spec_limit))
+    if levers:
+        rep.data["smollm2_levers"] = _try(rep, "smollm2", "levers", lambda: lever_rows(
+            rep, "smollm2", [("main", Path(b.manifest).parent), *levers], list(b.weights),
+            load_cap=load_cap, steps=steps, reps=reps, gpu=gpu, info=info, limit=limit))
     if profile:
         later.append(("smollm2", "smollm2", dict(
             manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
@@ -262,7 +272,7 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
 
 def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: bool,
                 steps: int, reps: int, gpu: int, profile: bool, spec: bool, spec_k: int,
-                prefill: int) -> None:
+                prefill: int, levers: list | None = None) -> None:
     """The Qwen3-4B-shape rows (seeded random weights, cached in ``$KERN_CACHE``)."""
     from kern_manifest import read
     from kern_manifest.contract import check_manifest
@@ -295,6 +305,16 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
         if spec:
             spec_rows(rep, "qwen3-4b", _try(rep, "qwen3-4b", "verify cost", lambda:
                                              verify_cost(rt, spec_k)))
+    if levers:
+        rep.data["qwen3_levers"] = _try(rep, "qwen3-4b", "levers", lambda: lever_rows(
+            rep, "qwen3-4b", [("main", qwen3_dir), *levers], [w], load_cap=load_cap,
+            steps=steps, reps=reps, gpu=gpu, info=info, limit=limit))
+        for label, d in levers:
+            g2 = _try(rep, "qwen3-4b", f"GEMMs alone ({label})", lambda: gemms_alone_ms(
+                d / "manifest.json", d / "kernels", [w], gpu))
+            if g2:
+                rep.add("qwen3-4b", f"the step's GEMMs alone ms (lever {label})", f"{g2:.3f}",
+                        "target ≤ 2.15")
     if profile:
         later.append(("qwen3-4b", "qwen3", dict(
             manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
