@@ -12,6 +12,8 @@
 #   tests  pytest -m gpu packages/kern-run/tests                   -> $OUT/kern_run_gpu.log
 #   bench  kern-run bench, both cases (SmolLM2 and the Qwen3-4B shape: kern and transformers +
 #          torch.compile in one run, no profiler)  -> $OUT/bench.txt (table last), bench.json
+#          (BENCH_CASES replaces the two --case options, BENCH_ARGS adds options, e.g. the
+#          issue-16 levers: --lever qwen3:gemv=DIR ...; BENCH_TIMEOUT, default 420 s)
 #   profile the same with --no-baseline --profile (where one decode step's time goes; each
 #          profile is recorded in a child process, see kern_run/bench/torch_side.py)
 #                                                 -> $OUT/profile.txt, profile.json
@@ -68,8 +70,8 @@ for step in "${STEPS[@]}"; do
         2>&1 | tee "$OUT/kern_run_gpu.log"
       note tests "${PIPESTATUS[0]}" ;;
     bench)
-      { timeout 420 $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b \
-          --json "$OUT/bench.json"; } 2>&1 | tee "$OUT/bench.txt"
+      { timeout ${BENCH_TIMEOUT:-420} $KR bench ${BENCH_CASES:---case smollm2 --case qwen3} \
+          --qwen3 examples/qwen3-4b ${BENCH_ARGS:-} --json "$OUT/bench.json"; } 2>&1 | tee "$OUT/bench.txt"
       note bench "${PIPESTATUS[0]}" ;;
     profile)
       { timeout 240 $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b \
