@@ -246,7 +246,7 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
     if levers:
         rep.data["smollm2_levers"] = _try(rep, "smollm2", "levers", lambda: lever_rows(
             rep, "smollm2", [("main", Path(b.manifest).parent), *levers], list(b.weights),
-            load_cap=load_cap, steps=steps, reps=reps, gpu=gpu, info=info, limit=limit))
+            steps=steps, reps=reps, gpu=gpu, info=info))
     if profile:
         later.append(("smollm2", "smollm2", dict(
             manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
@@ -307,11 +307,11 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
                                              verify_cost(rt, spec_k)))
     if levers:
         rep.data["qwen3_levers"] = _try(rep, "qwen3-4b", "levers", lambda: lever_rows(
-            rep, "qwen3-4b", [("main", qwen3_dir), *levers], [w], load_cap=load_cap,
-            steps=steps, reps=reps, gpu=gpu, info=info, limit=limit))
-        for label, d in levers:
+            rep, "qwen3-4b", [("main", qwen3_dir), *levers], [w], steps=steps, reps=reps,
+            gpu=gpu, info=info))
+        for label, ldir in levers:
             g2 = _try(rep, "qwen3-4b", f"GEMMs alone ({label})", lambda: gemms_alone_ms(
-                d / "manifest.json", d / "kernels", [w], gpu))
+                ldir / "manifest.json", ldir / "kernels", [w], gpu))
             if g2:
                 rep.add("qwen3-4b", f"the step's GEMMs alone ms (lever {label})", f"{g2:.3f}",
                         "target ≤ 2.15")
