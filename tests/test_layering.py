@@ -43,6 +43,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 #: Top-level import name -> distribution, where they differ beyond ``_`` versus ``-``.
 DISTRIBUTIONS: dict[str, set[str]] = {
     "cuda": {"cuda-bindings", "cuda-pathfinder"},
+    "nvmath": {"nvmath-python"},
 }
 
 #: Standard-library modules newer than the Python running the tests (imported only on the

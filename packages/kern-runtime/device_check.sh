@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # kern-runtime on the GPU machine: the GPU tests, then the benchmark. < 6 minutes.
 #
-# Run from the repository root with $OUT set and msgspec importable (PYTHONPATH), e.g.
-#   pip install --no-index --no-deps --target /tmp/site .whl/msgspec-*.whl
+# Run from the repository root with $OUT set and msgspec and nvmath-python (with cuda-core)
+# importable (PYTHONPATH), e.g.
+#   pip install --no-index --no-deps --target /tmp/site .whl/msgspec-*.whl \
+#     .whl/nvmath_python-*.whl .whl/cuda_core-*.whl
 #   export PYTHONPATH=/tmp/site; bash packages/kern-runtime/device_check.sh
 # Logs: $OUT/gpu_tests.log, $OUT/bench.log, $OUT/bench.json, $OUT/bench.txt; a table last.
 set -uo pipefail
@@ -10,7 +12,7 @@ set -uo pipefail
 PKG=packages/kern-runtime
 export PYTHONPATH="packages/kern-manifest/src:packages/kern-weights/src:$PKG/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-{ nvidia-smi -L; python3 -c "import cuda.bindings, numpy, safetensors, msgspec; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'safetensors', safetensors.__version__, 'msgspec', msgspec.__version__)"; } > "$OUT/env.txt" 2>&1
+{ nvidia-smi -L; python3 -c "import cuda.bindings, cuda.pathfinder, numpy, safetensors, msgspec, nvmath; print('cuda-bindings', cuda.bindings.__version__, 'cuda-pathfinder', cuda.pathfinder.__version__, 'nvmath-python', nvmath.__version__, 'numpy', numpy.__version__, 'safetensors', safetensors.__version__, 'msgspec', msgspec.__version__)"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 echo "== GPU tests =="

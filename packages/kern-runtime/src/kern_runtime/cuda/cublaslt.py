@@ -1,4 +1,4 @@
-"""cuBLASLt through ctypes: the built-in GEMM externs.
+"""cuBLASLt through NVIDIA's bindings (``nvmath.bindings.cublasLt``): the built-in GEMM externs.
 
 One handle, one matmul descriptor (bf16 operands, f32 compute and scale, ``transa = T``,
 ``transb = N``), a 32 MiB workspace allocated at load, and host-side α = 1, β ∈ {0, 1}
@@ -13,20 +13,30 @@ symbol values) is first bound — before any capture, since timing launches work
 stream. The chosen algorithm is reused by eager and graph runs alike, so both compute the
 same bits.
 
-Values from ``cublasLt.h`` (CUDA 13): CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0,
-CUDA_R_16BF = 14, CUBLASLT_MATMUL_DESC_TRANSA/B = 3/4,
-CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 (uint64), MIN_ALIGNMENT_A/B/C/D_BYTES = 5..8
-(uint32); ``cublasLtMatmulHeuristicResult_t`` = {algo: uint64[8], workspaceSize: size_t,
-state: int, wavesCount: float, reserved: int[4]} (96 bytes).
+The bindings supply the entry points, the enum values and the struct layouts
+(``matmul_heuristic_result_dtype``, the size of every attribute); host-side scalars, the
+heuristic results and the chosen algorithm live in numpy arrays of those types, passed by
+address. A failed call raises ``cuBLASLtError``, turned into :class:`CudaError` with the C
+function's name and the status name.
+
+The library: nvmath finds ``libcublasLt.so.13`` through ``cuda.pathfinder``, whose first
+step is a copy already loaded in the process. :func:`_load_library` loads it before the
+first binding call — through pathfinder (NVIDIA wheels, conda, the loader's path, CUDA_HOME),
+else by the usual system names — so a toolkit in ``/usr/local/cuda/lib64`` that is not on
+the loader's path is found too.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+
+import nvmath
+import numpy as np
+from nvmath.bindings import cublas
+from nvmath.bindings import cublasLt as lt
 
 from ..errors import CudaError
-from ..gemm import LtProblem
+from ..gemm import OP_N, OP_T, LtProblem, pointer_alignment
 from .driver import call
 from .memory import Event, Stream, device_alloc, device_free
 
@@ -37,160 +47,135 @@ TIMING_REPS = 5
 #: Bytes overwritten before each timed run so that its weights come from DRAM, as in a
 #: decode step (the H200's L2 is 50 MB; a decode GEMM's weight matrix fits in it).
 L2_FLUSH_BYTES = 128 * 2**20
+#: Tried in order when cuda.pathfinder does not find the library.
+SYSTEM_PATHS = ("libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13")
 
-_COMPUTE_32F = 68
-_R_32F = 0
-_R_16BF = 14
-_DESC_TRANSA = 3
-_DESC_TRANSB = 4
-_PREF_MAX_WORKSPACE = 1
-_PREF_MIN_ALIGN = (5, 6, 7, 8)  # A, B, C, D
+COMPUTE_32F = cublas.ComputeType.COMPUTE_32F
+R_32F = nvmath.CudaDataType.CUDA_R_32F
+R_16BF = nvmath.CudaDataType.CUDA_R_16BF
+DESC_TRANSA = lt.MatmulDescAttribute.TRANSA
+DESC_TRANSB = lt.MatmulDescAttribute.TRANSB
+PREF_MAX_WORKSPACE = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
+PREF_MIN_ALIGN = (lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_A_BYTES,
+                  lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_B_BYTES,
+                  lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_C_BYTES,
+                  lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_D_BYTES)
+HEURISTIC = lt.matmul_heuristic_result_dtype
+_ALGO_OFFSET = HEURISTIC.fields["algo"][1]
 
-_vp = ctypes.c_void_p
-
-
-class _Algo(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_uint64 * 8)]
-
-
-class _Heuristic(ctypes.Structure):
-    _fields_ = [("algo", _Algo), ("workspaceSize", ctypes.c_size_t), ("state", ctypes.c_int),
-                ("wavesCount", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
-
-
-assert ctypes.sizeof(_Heuristic) == 96
-
-#: Choices made in this process: (cuBLASLt version, problem shape key) -> (heuristic result
-#: bytes, microseconds, candidates timed). Every runtime of the process reuses them, so two
-#: loads (PDL off and on, or manifests that differ in other kernels) run each GEMM with the
-#: same algorithm and their outputs can be compared bit for bit.
-_PROCESS_CHOICES: dict[tuple, tuple[bytes, float, int]] = {}
+#: Choices made in this process: (cuBLASLt version, problem shape key) -> (heuristic result,
+#: microseconds, candidates timed). Every runtime of the process reuses them, so two loads
+#: (PDL off and on, or manifests that differ in other kernels) run each GEMM with the same
+#: algorithm and their outputs can be compared bit for bit.
+_PROCESS_CHOICES: dict[tuple, tuple[np.ndarray, float, int]] = {}
 
 
-def _load_library() -> ctypes.CDLL:
-    """libcublasLt.so.13 via cuda.pathfinder (NVIDIA wheels, conda, system), else the
-    usual system paths."""
+def _load_library() -> str:
+    """Load libcublasLt.so.13 (kept loaded for nvmath to find); returns where it came from."""
     tried = []
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublasLt").abs_path)
+        return load_nvidia_dynamic_lib("cublasLt").abs_path
     except Exception as e:  # fall through to the plain names
         tried.append(f"cuda.pathfinder: {e}")
-    for name in ("libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13"):
+    for name in SYSTEM_PATHS:
         try:
-            return ctypes.CDLL(name)
+            ctypes.CDLL(name)
+            return name
         except OSError as e:
             tried.append(f"{name}: {e}")
     raise CudaError("dlopen", "CUBLASLT_NOT_FOUND", "; ".join(tried),
                     help="install cuBLASLt 13 (the nvidia-cublas wheel or the CUDA toolkit)")
 
 
-def _bind(lib: ctypes.CDLL) -> None:
-    s = ctypes.c_size_t
-    sig = {
-        "cublasLtCreate": [ctypes.POINTER(_vp)],
-        "cublasLtDestroy": [_vp],
-        "cublasLtMatmulDescCreate": [ctypes.POINTER(_vp), ctypes.c_int, ctypes.c_int],
-        "cublasLtMatmulDescDestroy": [_vp],
-        "cublasLtMatmulDescSetAttribute": [_vp, ctypes.c_int, _vp, s],
-        "cublasLtMatrixLayoutCreate": [ctypes.POINTER(_vp), ctypes.c_int, ctypes.c_uint64,
-                                       ctypes.c_uint64, ctypes.c_int64],
-        "cublasLtMatrixLayoutDestroy": [_vp],
-        "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(_vp)],
-        "cublasLtMatmulPreferenceDestroy": [_vp],
-        "cublasLtMatmulPreferenceSetAttribute": [_vp, ctypes.c_int, _vp, s],
-        "cublasLtMatmulAlgoGetHeuristic": [_vp, _vp, _vp, _vp, _vp, _vp, _vp, ctypes.c_int,
-                                           ctypes.POINTER(_Heuristic), ctypes.POINTER(ctypes.c_int)],
-        # handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, ws, wsSize, stream
-        "cublasLtMatmul": [_vp] * 14 + [s, _vp],
-    }
-    for name, args in sig.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = ctypes.c_int
-    lib.cublasLtGetVersion.argtypes = []
-    lib.cublasLtGetVersion.restype = s
-    lib.cublasLtGetStatusName.argtypes = [ctypes.c_int]
-    lib.cublasLtGetStatusName.restype = ctypes.c_char_p
+def status_name(status: int) -> str:
+    try:
+        return lt.get_status_name(status)
+    except Exception:
+        return f"status {status}"
+
+
+def lt_call(name: str, fn, *args, where: str | None = None):
+    """``fn(*args)``, its cuBLASLtError raised as :class:`CudaError` naming C function ``name``."""
+    try:
+        return fn(*args)
+    except lt.cuBLASLtError as e:
+        raise CudaError(name, status_name(e.status), where=where) from None
+
+
+def _quiet(fn, handle: int) -> None:
+    """A destroy call whose failure is ignored (release goes on)."""
+    try:
+        fn(handle)
+    except lt.cuBLASLtError:
+        pass
+
+
+def _set_attribute(name: str, setter, dtype_of, obj: int, attr: int, value: int,
+                   where: str | None = None) -> None:
+    """One ``…SetAttribute`` call, the value in the attribute's own type."""
+    buf = np.array(value, dtype=dtype_of(attr))
+    lt_call(name, setter, obj, attr, buf.ctypes.data, buf.itemsize, where=where)
 
 
 class CublasLt:
     """The cuBLASLt state of one runtime: handle, descriptor, workspace, caches."""
 
     def __init__(self, stream: Stream, workspace_bytes: int = WORKSPACE_BYTES) -> None:
-        self.lib = lib = _load_library()
-        _bind(lib)
-        self.version = int(lib.cublasLtGetVersion())
+        self.library = _load_library()
+        try:
+            self.version = int(lt.get_version())
+        except RuntimeError as e:  # nvmath's NotSupportedError, pathfinder's DynamicLibNotFoundError
+            raise CudaError("cublasLtGetVersion", "CUBLASLT_NOT_LOADED", str(e),
+                            help="install cuBLASLt 13 (the nvidia-cublas wheel or the CUDA toolkit)")
         self.stream = stream
-        self._handle = _vp()
-        self._check(lib.cublasLtCreate(ctypes.byref(self._handle)), "cublasLtCreate")
-        self._desc = _vp()
-        self._check(lib.cublasLtMatmulDescCreate(ctypes.byref(self._desc), _COMPUTE_32F, _R_32F),
-                    "cublasLtMatmulDescCreate")
-        for attr, val in ((_DESC_TRANSA, 1), (_DESC_TRANSB, 0)):  # T, N (gemm.OP_T, gemm.OP_N)
-            v = ctypes.c_int32(val)
-            self._check(lib.cublasLtMatmulDescSetAttribute(
-                self._desc, attr, ctypes.byref(v), ctypes.sizeof(v)), "cublasLtMatmulDescSetAttribute")
+        self._handle = lt_call("cublasLtCreate", lt.create)
+        self._desc = lt_call("cublasLtMatmulDescCreate", lt.matmul_desc_create, COMPUTE_32F, R_32F)
+        for attr, val in ((DESC_TRANSA, OP_T), (DESC_TRANSB, OP_N)):
+            _set_attribute("cublasLtMatmulDescSetAttribute", lt.matmul_desc_set_attribute,
+                           lt.get_matmul_desc_attribute_dtype, self._desc, attr, val)
         self.workspace_bytes = workspace_bytes
         self.workspace = device_alloc(workspace_bytes, where="cuBLASLt workspace")
-        self._alpha = ctypes.c_float(1.0)
-        self._betas = {0.0: ctypes.c_float(0.0), 1.0: ctypes.c_float(1.0)}
-        self._layouts: dict[tuple[int, int, int], _vp] = {}
-        #: problem.shape_key -> (heuristic result, microseconds, candidates timed)
-        self.algos: dict[tuple, tuple[_Heuristic, float, int]] = {}
+        self._alpha = np.ones(1, np.float32)
+        self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+        self._layouts: dict[tuple[int, int, int], int] = {}
+        #: problem.shape_key -> (heuristic result, microseconds, candidates timed); a result
+        #: is a one-element array of HEURISTIC, whose algo the prepared calls point at
+        self.algos: dict[tuple, tuple[np.ndarray, float, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
-    def _check(self, status: int, call: str, where: str | None = None) -> None:
-        if status != 0:
-            name = self.lib.cublasLtGetStatusName(status)
-            raise CudaError(call, name.decode() if name else f"status {status}", where=where)
-
-    def _layout(self, rows: int, cols: int, ld: int) -> _vp:
+    def _layout(self, rows: int, cols: int, ld: int) -> int:
         key = (rows, cols, ld)
         lay = self._layouts.get(key)
         if lay is None:
-            lay = _vp()
-            self._check(self.lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), _R_16BF, rows, cols, ld),
-                        "cublasLtMatrixLayoutCreate")
+            lay = lt_call("cublasLtMatrixLayoutCreate", lt.matrix_layout_create, R_16BF, rows, cols, ld)
             self._layouts[key] = lay
         return lay
 
-    def _args(self, p: LtProblem, heur: _Heuristic, c_out: int | None = None) -> tuple:
+    def _args(self, p: LtProblem, heur: np.ndarray, c_out: int | None = None) -> tuple:
         la, lb, lc = self._layout(*p.a_layout), self._layout(*p.b_layout), self._layout(*p.c_layout)
         c = p.c if c_out is None else c_out
-        return (self._handle, self._desc, ctypes.addressof(self._alpha), p.a, la, p.b, lb,
-                ctypes.addressof(self._betas[p.beta]), c, lc, c, lc,
-                ctypes.addressof(heur.algo), self.workspace, self.workspace_bytes, self.stream.id)
+        return (self._handle, self._desc, self._alpha.ctypes.data, p.a, la, p.b, lb,
+                self._betas[p.beta].ctypes.data, c, lc, c, lc,
+                heur.ctypes.data + _ALGO_OFFSET, self.workspace, self.workspace_bytes, self.stream.id)
 
-    def _candidates(self, p: LtProblem, where: str) -> list[_Heuristic]:
-        from ..gemm import pointer_alignment
-        lib = self.lib
-        pref = _vp()
-        self._check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)),
-                    "cublasLtMatmulPreferenceCreate", where)
+    def _candidates(self, p: LtProblem, where: str) -> list[np.ndarray]:
+        pref = lt_call("cublasLtMatmulPreferenceCreate", lt.matmul_preference_create, where=where)
         try:
-            ws = ctypes.c_uint64(self.workspace_bytes)
-            self._check(lib.cublasLtMatmulPreferenceSetAttribute(
-                pref, _PREF_MAX_WORKSPACE, ctypes.byref(ws), 8),
-                "cublasLtMatmulPreferenceSetAttribute", where)
-            for attr, addr in zip(_PREF_MIN_ALIGN, (p.a, p.b, p.c, p.c)):
-                al = ctypes.c_uint32(pointer_alignment(addr))
-                self._check(lib.cublasLtMatmulPreferenceSetAttribute(
-                    pref, attr, ctypes.byref(al), 4), "cublasLtMatmulPreferenceSetAttribute", where)
-            results = (_Heuristic * CANDIDATES)()
-            count = ctypes.c_int(0)
+            for attr, val in ((PREF_MAX_WORKSPACE, self.workspace_bytes),
+                              *zip(PREF_MIN_ALIGN, map(pointer_alignment, (p.a, p.b, p.c, p.c)))):
+                _set_attribute("cublasLtMatmulPreferenceSetAttribute", lt.matmul_preference_set_attribute,
+                               lt.get_matmul_preference_attribute_dtype, pref, attr, val, where)
+            results = np.zeros(CANDIDATES, HEURISTIC)
+            count = np.zeros(1, np.int32)
             la, lb, lc = self._layout(*p.a_layout), self._layout(*p.b_layout), self._layout(*p.c_layout)
-            self._check(lib.cublasLtMatmulAlgoGetHeuristic(
-                self._handle, self._desc, la, lb, lc, lc, pref, CANDIDATES, results,
-                ctypes.byref(count)), "cublasLtMatmulAlgoGetHeuristic", where)
+            lt_call("cublasLtMatmulAlgoGetHeuristic", lt.matmul_algo_get_heuristic,
+                    self._handle, self._desc, la, lb, lc, lc, pref, CANDIDATES,
+                    results.ctypes.data, count.ctypes.data, where=where)
         finally:
-            lib.cublasLtMatmulPreferenceDestroy(pref)
-        out = []
-        for i in range(count.value):
-            if results[i].state == 0 and results[i].workspaceSize <= self.workspace_bytes:
-                h = _Heuristic()
-                ctypes.memmove(ctypes.byref(h), ctypes.byref(results[i]), ctypes.sizeof(h))
-                out.append(h)
+            _quiet(lt.matmul_preference_destroy, pref)
+        out = [results[i:i + 1].copy() for i in range(int(count[0]))
+               if results["state"][i] == 0 and results["workspace_size"][i] <= self.workspace_bytes]
         if not out:
             raise CudaError("cublasLtMatmulAlgoGetHeuristic", "NO_ALGORITHM",
                             f"no algorithm for layouts A{p.a_layout} B{p.b_layout} C{p.c_layout}",
@@ -198,7 +183,7 @@ class CublasLt:
         return out
 
     # -- public ----------------------------------------------------------------------------
-    def choose(self, p: LtProblem, where: str) -> _Heuristic:
+    def choose(self, p: LtProblem, where: str) -> np.ndarray:
         """The algorithm for ``p``: cached, else timed among the heuristic's candidates.
         Launches work on the stream; never call while the stream is capturing."""
         hit = self.algos.get(p.shape_key)
@@ -206,15 +191,14 @@ class CublasLt:
             return hit[0]
         made = _PROCESS_CHOICES.get((self.version, p.shape_key))
         if made is not None:
-            h = _Heuristic.from_buffer_copy(made[0])
-            self.algos[p.shape_key] = (h, made[1], made[2])
-            return h
+            self.algos[p.shape_key] = (made[0].copy(), made[1], made[2])
+            return self.algos[p.shape_key][0]
         h = self._choose(p, where)
         a = self.algos[p.shape_key]
-        _PROCESS_CHOICES[(self.version, p.shape_key)] = (bytes(h), a[1], a[2])
+        _PROCESS_CHOICES[(self.version, p.shape_key)] = (h.copy(), a[1], a[2])
         return h
 
-    def _choose(self, p: LtProblem, where: str) -> _Heuristic:
+    def _choose(self, p: LtProblem, where: str) -> np.ndarray:
         cands = self._candidates(p, where)
         if len(cands) == 1:
             self.algos[p.shape_key] = (cands[0], float("nan"), 1)
@@ -223,17 +207,20 @@ class CublasLt:
         tmp = device_alloc(rows * cols * 2, where=f"{where}: cuBLASLt timing output")
         flush = device_alloc(L2_FLUSH_BYTES, where=f"{where}: cuBLASLt timing L2 flush")
         events = [Event() for _ in range(2 * TIMING_REPS)]
-        best: tuple[float, _Heuristic] | None = None
+        best: tuple[float, np.ndarray] | None = None
         try:
             for h in cands:
                 args = self._args(p, h, c_out=tmp)
-                if any(self.lib.cublasLtMatmul(*args) != 0 for _ in range(TIMING_WARMUP)):
+                try:
+                    for _ in range(TIMING_WARMUP):
+                        lt.matmul(*args)
+                except lt.cuBLASLtError:
                     continue  # this candidate cannot run the problem after all
                 for r in range(TIMING_REPS):
                     call("cuMemsetD8Async", flush, r & 0xFF, L2_FLUSH_BYTES, self.stream.handle,
                          where=where)
                     events[2 * r].record(self.stream)
-                    self.lib.cublasLtMatmul(*args)
+                    lt_call("cublasLtMatmul", lt.matmul, *args, where=where)
                     events[2 * r + 1].record(self.stream)
                 events[-1].synchronize()
                 times = sorted(events[2 * r + 1].elapsed_ms(events[2 * r]) for r in range(TIMING_REPS))
@@ -257,18 +244,19 @@ class CublasLt:
 
     def describe(self) -> str:
         v = self.version
-        return f"cuBLASLt {v // 10000}.{v % 10000 // 100}.{v % 100}, workspace {self.workspace_bytes >> 20} MiB"
+        return (f"cuBLASLt {v // 10000}.{v % 10000 // 100}.{v % 100} (nvmath-python "
+                f"{nvmath.__version__} bindings), workspace {self.workspace_bytes >> 20} MiB")
 
     def close(self) -> None:
         for lay in self._layouts.values():
-            self.lib.cublasLtMatrixLayoutDestroy(lay)
+            _quiet(lt.matrix_layout_destroy, lay)
         self._layouts.clear()
         if self._desc:
-            self.lib.cublasLtMatmulDescDestroy(self._desc)
-            self._desc = _vp()
+            _quiet(lt.matmul_desc_destroy, self._desc)
+            self._desc = 0
         if self._handle:
-            self.lib.cublasLtDestroy(self._handle)
-            self._handle = _vp()
+            _quiet(lt.destroy, self._handle)
+            self._handle = 0
         if self.workspace:
             device_free(self.workspace)
             self.workspace = 0
@@ -277,16 +265,17 @@ class CublasLt:
 class ExternLaunch:
     """One prepared cublasLtMatmul call; :meth:`run` is one library call."""
 
-    __slots__ = ("_fn", "_args", "_heur", "_lt", "where")
+    __slots__ = ("_fn", "_args", "_heur", "_state", "where")
 
-    def __init__(self, lt: CublasLt, p: LtProblem, heur: _Heuristic, where: str) -> None:
-        self._lt = lt
-        self._heur = heur  # kept alive: _args holds its address
-        self._fn = lt.lib.cublasLtMatmul
-        self._args = lt._args(p, heur)
+    def __init__(self, lt_state: CublasLt, p: LtProblem, heur: np.ndarray, where: str) -> None:
+        self._state = lt_state  # kept alive, and heur: _args holds the addresses of their
+        self._heur = heur       # α, β and algo
+        self._fn = lt.matmul
+        self._args = lt_state._args(p, heur)
         self.where = where
 
     def run(self) -> None:
-        status = self._fn(*self._args)
-        if status != 0:
-            self._lt._check(status, "cublasLtMatmul", self.where)
+        try:
+            self._fn(*self._args)
+        except lt.cuBLASLtError as e:
+            raise CudaError("cublasLtMatmul", status_name(e.status), where=self.where) from None
