@@ -86,13 +86,11 @@ class Runtime:
         :class:`~kern_runtime.errors.KernRuntimeError` subclass naming the place; on any
         failure everything already allocated is released. ``device`` is the device index
         (the GPU ordinal); ``backend`` is ``"cuda"`` or a callable ``ordinal -> Device``
-        (:mod:`kern_runtime.device`); ``pdl=False`` ignores the steps' ``pdl`` (an A/B switch:
-        the results are the same, only launch overlap differs)."""
+        (:mod:`kern_runtime.device`); ``pdl=False`` launches ``pdl`` steps plainly (A/B)."""
         check_backend(backend)
         prep = prepare(manifest, kernels_dir, weights, capacity)
         rt = cls.__new__(cls)
-        rt._init(prep, device, backend)
-        rt.pdl = pdl
+        rt._init(prep, device, backend, pdl)
         try:
             rt._load_device(progress)
         except BaseException:
@@ -100,12 +98,11 @@ class Runtime:
             raise
         return rt
 
-    def _init(self, prep: Prepared, device: int, backend: Backend) -> None:
+    def _init(self, prep: Prepared, device: int, backend: Backend, pdl: bool = True) -> None:
         self.prepared = prep
         self.vm = prep.vm
         self.plan = prep.plan
-        self._device = device
-        self._backend = backend
+        self._device, self._backend, self.pdl = device, backend, pdl
         self._dev: Device | None = None   # opened at load, released last by close
         self._stream = None
         self._arena = None
