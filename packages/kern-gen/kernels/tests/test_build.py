@@ -154,6 +154,30 @@ def test_paged_attention_symbols_have_the_generator_layout(built, stem, d):
     assert Cubin.read(out / cubin).param_layout(f"{stem}_d{d}") == layout(params)
 
 
+# The test-only reference (the former two-launch decode, tests/attn_decode_two_step.cu) that
+# the GPU tests compare the one-launch kernel with, bit for bit, and bench.py times against it.
+TWO_STEP_PARAMS = {
+    "kern_attn_decode_partial_bf16": [
+        "in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+        "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
+        "f32", "i32", "i32"],
+    "kern_attn_decode_reduce_bf16": [
+        "in buffer<f32>", "in buffer<f32>", "in buffer<i32>", "out buffer<bf16>", "i32", "i32",
+        "i32"],
+}
+
+
+@needs_nvcc
+def test_two_step_reference_builds_with_its_layouts(tmp_path):
+    cub = Cubin.read(build.build_one(NVCC, KERNELS / "tests" / "attn_decode_two_step.cu",
+                                     tmp_path))
+    assert cub.global_functions() == {f"{stem}_d{d}" for stem in TWO_STEP_PARAMS
+                                      for d in (64, 128)}
+    for stem, params in TWO_STEP_PARAMS.items():
+        for d in (64, 128):
+            assert cub.param_layout(f"{stem}_d{d}") == layout(params)
+
+
 def test_paged_attention_abi_is_documented():
     """ABI.md states each step's list and each interface, and its example uses them."""
     doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
