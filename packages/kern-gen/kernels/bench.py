@@ -110,6 +110,14 @@ def row(what, ours_us, torch_us, unit, amount):
     print(f"{what:56s} kern {ours_us:9.2f} us {rate(ours_us):9.1f} {unit} | torch {t}", flush=True)
 
 
+def decode_scratch(rows, n_q, n_kv, S, d):
+    """part_ml, part_acc and the zeroed arrival counters of the one-launch decode."""
+    dev = "cuda"
+    return (torch.empty((rows, n_q, S, 2), dtype=torch.float32, device=dev),
+            torch.empty((rows, n_q, S, d), dtype=torch.float32, device=dev),
+            torch.zeros((rows, n_kv), dtype=torch.int32, device=dev))
+
+
 def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     """One sequence, one query row at position ctx - 1, identity page table."""
     dev = "cuda"
@@ -125,10 +133,9 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     best = None
     for entry in splits_list:        # S (that many splits), or (S, s_min): the examples' rule
         S, s_min = entry if isinstance(entry, tuple) else (entry, None)
-        pm = torch.empty((1, n_q, S, 2), dtype=torch.float32, device=dev)
-        pa = torch.empty((1, n_q, S, d), dtype=torch.float32, device=dev)
-        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], lens, table, pm, pa, out,
-                                                n_q, n_kv, S, scale, 1, s_min=s_min))
+        pm, pa, cnt = decode_scratch(1, n_q, n_kv, S, d)
+        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], lens, table, pm, pa, cnt,
+                                                out, n_q, n_kv, S, scale, 1, s_min=s_min))
                     for c in caches]
         us = time_cupy(launches)
         name = f"S={S}" if s_min is None else f"S={S},min={s_min}"
@@ -185,16 +192,16 @@ def bench_decode_paged(k, n_q, n_kv, d, batch, ctx, layers):
     S, s_min = GEN_SPLITS[n_kv]
     qkv, q, qs = _own_kernels_gpu.make_q(torch, batch, n_q, n_kv, d, g, dev)
     lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
-    pm = torch.empty((batch, n_q, S, 2), dtype=torch.float32, device=dev)
-    pa = torch.empty((batch, n_q, S, d), dtype=torch.float32, device=dev)
+    pm, pa, cnt = decode_scratch(batch, n_q, n_kv, S, d)
     out = torch.empty((batch, n_q, d), dtype=torch.bfloat16, device=dev)
     scale = 1 / math.sqrt(d)
     nbytes = 2 * batch * ctx * n_kv * d * 2
     tus = sdpa_decode_us(n_q, n_kv, d, batch, ctx, layers, "batched decode")
     for permuted in (False, True):
         pools = [paged_layer(n_kv, d, [ctx] * batch, permuted, g) for _ in range(layers)]
-        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, out,
-                                                    n_q, n_kv, S, scale, batch, s_min=s_min))
+        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, cnt,
+                                                    out, n_q, n_kv, S, scale, batch,
+                                                    s_min=s_min))
                         for c in pools])
         order = "permuted" if permuted else "consecutive"
         row(f"attn decode paged {n_q}q/{n_kv}kv d{d} B{batch} ctx{ctx} {order}", us, tus,

@@ -123,15 +123,11 @@ def test_example_steps_match_cubin_layouts(built):
 # The paged attention ABI (issue 20) exactly as kern-gen emits it, per symbol stem (both
 # head dims): a change here is a change of the generator's contract.
 PAGED_ATTENTION_PARAMS = {
-    "kern_attn_decode_partial_bf16": (
+    "kern_attn_decode_bf16": (
         "attn_decode.cubin",
         ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
-         "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
-         "f32", "i32", "i32"]),
-    "kern_attn_decode_reduce_bf16": (
-        "attn_decode.cubin",
-        ["in buffer<f32>", "in buffer<f32>", "in buffer<i32>", "out buffer<bf16>", "i32", "i32",
-         "i32"]),
+         "out buffer<bf16>", "out buffer<f32>", "out buffer<f32>", "out buffer<u32>", "i32",
+         "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"]),
     "kern_attn_prefill_bf16": (
         "attn_prefill.cubin",
         ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",

@@ -1,6 +1,7 @@
 """GPU tests of kern's own kernels: load the cubins with cupy, launch them with the flat ABI
 of ABI.md on random inputs (outputs and scratch poisoned with NaN first, unused cache slots
-and padding NaN too), compare with torch in float32.
+and padding NaN too), compare with torch in float32.  The one-launch decode attention's arrival
+counters must be back at zero after every launch.
 
 Every test is marked ``gpu`` and skips cleanly without torch, cupy, a GPU or nvcc.  Errors
 are appended to ``$KERN_KERNELS_REPORT`` when that is set (device_check.sh shows them).
@@ -161,17 +162,26 @@ def _attn_inputs(torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed):
     return n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos
 
 
-def _decode(torch, k, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
-            s_min=None):
-    """The two decode steps on NaN-initialised scratch and output; returns out [T, n_q, d]."""
-    tokens, d = q.shape[0], kc.shape[-1]
+def _scratch(torch, tokens, n_q, n_kv, splits, d):
+    """NaN-poisoned part_ml, part_acc and zeroed counters (what kern-runtime's load leaves)."""
     nan = float("nan")
     part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
     part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
-    out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
-    k.attn_decode(q, q_stride, kc, vc, kv_lens, table, part_ml, part_acc, out, n_q, n_kv,
-                  splits, scale, tokens, s_min=s_min)
+    counters = torch.zeros((tokens, n_kv), dtype=torch.int32, device="cuda")
+    return part_ml, part_acc, counters
+
+
+def _decode(torch, k, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
+            s_min=None, scratch=None):
+    """The one-launch decode on NaN-initialised scratch (or ``scratch``, reused) and output;
+    checks the counters are back to zero; returns out [T, n_q, d]."""
+    tokens, d = q.shape[0], kc.shape[-1]
+    part_ml, part_acc, counters = scratch or _scratch(torch, tokens, n_q, n_kv, splits, d)
+    out = torch.full((tokens, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    k.attn_decode(q, q_stride, kc, vc, kv_lens, table, part_ml, part_acc, counters, out, n_q,
+                  n_kv, splits, scale, tokens, s_min=s_min)
     torch.cuda.synchronize()
+    assert not counters.any(), f"counters left non-zero: {counters.nonzero().tolist()[:8]}"
     return out
 
 
@@ -324,13 +334,11 @@ def test_decode_grid_fixed_kv_lens_from_device_memory(env):
     scale = 1 / math.sqrt(d)
     table = _own_kernels_gpu.identity_table(torch, 1, 601, "cuda")
     lens = torch.zeros((1,), dtype=torch.int32, device="cuda")
-    pm = torch.empty((1, n_q, 128, 2), dtype=torch.float32, device="cuda")
-    pa = torch.empty((1, n_q, 128, d), dtype=torch.float32, device="cuda")
+    scratch = _scratch(torch, 1, n_q, n_kv, 128, d)       # one scratch (and counters) for all
     for p in (0, 1, 127, 128, 129, 600):
         lens.fill_(p + 1)
-        out = torch.full((1, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
-        k.attn_decode(q, q_stride, kc, vc, lens, table, pm, pa, out, n_q, n_kv, 128, scale, 1)
-        torch.cuda.synchronize()
+        out = _decode(torch, k, q, q_stride, kc, vc, lens, table, n_q, n_kv, 128, scale,
+                      scratch=scratch)
         ref = _own_kernels_gpu.ref_attention(torch, q, kc, vc, p, scale, n_q, n_kv)
         _compare(torch, f"decode replay-style kv_len={p + 1}", out, ref)
 
