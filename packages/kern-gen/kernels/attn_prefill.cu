@@ -13,6 +13,9 @@
 //   block_table[j >> 4] * kPageTokens + (j & 15)     (row 0 of the table)
 // A 64-key tile is kTilePages = 4 whole pages; their table entries are loaded one tile
 // ahead of the tile's cp.async (see TilePages).
+//
+// Programmatic dependent launch: griddepcontrol.wait before the first global access,
+// griddepcontrol.launch_dependents once the key tiles are consumed (both no-ops without PDL).
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math_constants.h>
@@ -78,6 +81,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void grid_dependency_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // .x (low 16 bits) = lo
     return *reinterpret_cast<uint32_t*>(&v);
@@ -106,6 +117,7 @@ __device__ __forceinline__ void prefill(
     __nv_bfloat16* sK = sQ + kBM * D;            // 2 buffers of kBN * D
     __nv_bfloat16* sV = sK + 2 * kBN * D;        // 2 buffers of kBN * D
 
+    grid_dependency_wait();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mb = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y;
@@ -279,6 +291,7 @@ __device__ __forceinline__ void prefill(
         }
         __syncthreads();   // buffer `buf` is refilled by the next iteration's prefetch
     }
+    launch_dependents();
 
     // finish: full row sums across the quad, normalise, store
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);

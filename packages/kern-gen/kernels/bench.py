@@ -11,7 +11,10 @@ distinct buffers (> L2) so that every launch reads from HBM.  Prints a short tab
 Attention reads a paged KV pool (ABI.md 3): the single-sequence rows use an identity page
 table (key j at slot j: the layout torch's contiguous K/V has too); the ``paged`` rows put
 each sequence on pages in a random order of the pool, against consecutive pages, at the
-generator's split counts, for one and for many sequences per launch.
+generator's split counts, for one and for many sequences per launch.  The ``1 launch`` /
+``2 launches`` rows time the one-launch decode (attn_decode.cu) against the former partial +
+reduce pair (the test-only tests/attn_decode_two_step.cu, built here with build.py's flags),
+on the same data, in the same run.
 """
 from __future__ import annotations
 
@@ -110,6 +113,14 @@ def row(what, ours_us, torch_us, unit, amount):
     print(f"{what:56s} kern {ours_us:9.2f} us {rate(ours_us):9.1f} {unit} | torch {t}", flush=True)
 
 
+def decode_scratch(rows, n_q, n_kv, S, d):
+    """part_ml, part_acc and the zeroed arrival counters of the one-launch decode."""
+    dev = "cuda"
+    return (torch.empty((rows, n_q, S, 2), dtype=torch.float32, device=dev),
+            torch.empty((rows, n_q, S, d), dtype=torch.float32, device=dev),
+            torch.zeros((rows, n_kv), dtype=torch.int32, device=dev))
+
+
 def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     """One sequence, one query row at position ctx - 1, identity page table."""
     dev = "cuda"
@@ -125,10 +136,9 @@ def bench_decode(k, n_q, n_kv, d, ctx, splits_list, layers=8):
     best = None
     for entry in splits_list:        # S (that many splits), or (S, s_min): the examples' rule
         S, s_min = entry if isinstance(entry, tuple) else (entry, None)
-        pm = torch.empty((1, n_q, S, 2), dtype=torch.float32, device=dev)
-        pa = torch.empty((1, n_q, S, d), dtype=torch.float32, device=dev)
-        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], lens, table, pm, pa, out,
-                                                n_q, n_kv, S, scale, 1, s_min=s_min))
+        pm, pa, cnt = decode_scratch(1, n_q, n_kv, S, d)
+        launches = [(lambda c=c: k.attn_decode(q, qs, c[1], c[2], lens, table, pm, pa, cnt,
+                                                out, n_q, n_kv, S, scale, 1, s_min=s_min))
                     for c in caches]
         us = time_cupy(launches)
         name = f"S={S}" if s_min is None else f"S={S},min={s_min}"
@@ -185,22 +195,57 @@ def bench_decode_paged(k, n_q, n_kv, d, batch, ctx, layers):
     S, s_min = GEN_SPLITS[n_kv]
     qkv, q, qs = _own_kernels_gpu.make_q(torch, batch, n_q, n_kv, d, g, dev)
     lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
-    pm = torch.empty((batch, n_q, S, 2), dtype=torch.float32, device=dev)
-    pa = torch.empty((batch, n_q, S, d), dtype=torch.float32, device=dev)
+    pm, pa, cnt = decode_scratch(batch, n_q, n_kv, S, d)
     out = torch.empty((batch, n_q, d), dtype=torch.bfloat16, device=dev)
     scale = 1 / math.sqrt(d)
     nbytes = 2 * batch * ctx * n_kv * d * 2
     tus = sdpa_decode_us(n_q, n_kv, d, batch, ctx, layers, "batched decode")
     for permuted in (False, True):
         pools = [paged_layer(n_kv, d, [ctx] * batch, permuted, g) for _ in range(layers)]
-        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, out,
-                                                    n_q, n_kv, S, scale, batch, s_min=s_min))
+        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, cnt,
+                                                    out, n_q, n_kv, S, scale, batch,
+                                                    s_min=s_min))
                         for c in pools])
         order = "permuted" if permuted else "consecutive"
         row(f"attn decode paged {n_q}q/{n_kv}kv d{d} B{batch} ctx{ctx} {order}", us, tus,
             "GB/s", nbytes)
         del pools
     torch.cuda.empty_cache()
+
+
+LAUNCHES = []   # (what, 1-launch us, 2-launch us, torch us)
+
+
+def bench_decode_launches(k, k2, n_q, n_kv, d, batch, ctx, layers):
+    """``batch`` sequences of ``ctx`` keys (consecutive pages: batch 1 is the identity table),
+    the generator's split counts: the one-launch decode vs the former two launches on the
+    same data and scratch, and torch SDPA over contiguous K/V."""
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(3)
+    S, s_min = GEN_SPLITS[n_kv]
+    qkv, q, qs = _own_kernels_gpu.make_q(torch, batch, n_q, n_kv, d, g, dev)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
+    pm, pa, cnt = decode_scratch(batch, n_q, n_kv, S, d)
+    out = torch.empty((batch, n_q, d), dtype=torch.bfloat16, device=dev)
+    scale = 1 / math.sqrt(d)
+    nbytes = 2 * batch * ctx * n_kv * d * 2
+    pools = [paged_layer(n_kv, d, [ctx] * batch, False, g) for _ in range(layers)]
+    one = [(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, cnt, out, n_q,
+                                       n_kv, S, scale, batch, s_min=s_min)) for c in pools]
+    two = [(lambda c=c: k2.attn_decode_two_step(q, qs, c[0], c[1], lens, c[2], pm, pa, out, n_q,
+                                                n_kv, S, scale, batch, s_min=s_min))
+           for c in pools]
+    # A B B A: neither order is favoured by clocks warming up; the mean of the two medians
+    t1a, t2a, t2b, t1b = (time_cupy(x) for x in (one, two, two, one))
+    one, two = (t1a + t1b) / 2, (t2a + t2b) / 2
+    del pools
+    torch.cuda.empty_cache()
+    assert not cnt.any(), "the one-launch decode left its counters non-zero"
+    tus = sdpa_decode_us(n_q, n_kv, d, batch, ctx, layers, "decode")
+    what = f"attn decode {n_q}q/{n_kv}kv d{d} B{batch} ctx{ctx}"
+    row(f"{what} 1 launch", one, tus, "GB/s", nbytes)
+    row(f"{what} 2 launches", two, tus, "GB/s", nbytes)
+    LAUNCHES.append((what, one, two, tus))
 
 
 def bench_prefill(k, n_q, n_kv, d, tokens, permuted=False):
@@ -258,7 +303,14 @@ def bench_embedding(k, tokens, vocab=151936, hidden=2560):
 def main() -> int:
     t0 = time.time()
     k = _own_kernels_gpu.Kernels(_own_kernels_gpu.cubin_dir())
+    k2 = _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
+    # one launch vs the former two (issue 16), the generator's split counts
+    for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
+        for ctx in (128, 512, 1024, 4096, 32768):
+            bench_decode_launches(k, k2, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
+        for batch in (8, 32, 64):
+            bench_decode_launches(k, k2, n_q, n_kv, d, batch, 1024, layers=2)
     for ctx in (128, 512, 1024, 4096):
         bench_decode(k, 32, 8, 128, ctx, (4, 8, 16, 32, 48))
     for ctx in (128, 512, 1024, 4096):
@@ -287,6 +339,11 @@ def main() -> int:
     for what, us, r, tus, tr, unit in ROWS:
         ts = f"{tus:9.2f} {tr:9.1f}" if tus else f"{'-':>9s} {'-':>9s}"
         print(f"{what:56s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
+    print("\n== decode: one launch vs two (median us per layer; saved = two - one) ==")
+    print(f"{'what':44s} {'1 launch':>9s} {'2 launch':>9s} {'saved':>7s} {'torch':>9s}")
+    for what, one, two, tus in LAUNCHES:
+        ts = f"{tus:9.2f}" if tus else f"{'-':>9s}"
+        print(f"{what:44s} {one:9.2f} {two:9.2f} {two - one:7.2f} {ts}")
     return 0
 
 

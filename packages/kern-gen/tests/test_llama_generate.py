@@ -247,11 +247,14 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     impl = m["kernels"]["decode.attention"]["impl"]
     grid = SPLIT_GROWTH * splits
     assert impl["scratch"]["part_ml"]["shape"][2] == impl["scratch"]["part_acc"]["shape"][2] == grid
-    partial, reduce = impl["steps"]
-    assert partial["grid"][1] == grid and partial["args"][-2] == {"i32": splits}
-    assert reduce["args"][-2:] == [{"i32": grid}, {"i32": splits}]
+    (one,) = impl["steps"]                   # one launch: partials and merge (ABI.md 3a)
+    assert one["symbol"].startswith("kern_attn_decode_bf16_d")
+    assert one["grid"][1] == grid and one["args"][-2] == {"i32": splits}
+    # one arrival counter per (row, kv head): decode has one row
+    assert impl["scratch"]["counters"] == {"dtype": "u32", "shape": [1, one["grid"][0]]}
+    assert one["args"][6:9] == [{"scratch": s} for s in ("part_ml", "part_acc", "counters")]
     # the table's row stride is the block_table buffer's width
-    assert partial["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
+    assert one["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -277,9 +280,9 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     norm = ver[-3]
     assert norm["label"] == "norm" and lm["args"][0] in norm["args"]
     attn = m["kernels"]["verify.attention"]["impl"]
-    assert [s["grid"][2] if i == 0 else s["grid"][1] for i, s in enumerate(attn["steps"])] \
-        == [{"sym": "tokens"}, {"sym": "tokens"}]
+    assert [s["grid"][2] for s in attn["steps"]] == [{"sym": "tokens"}]
     assert attn["scratch"]["part_acc"]["shape"][0] == "tokens"
+    assert attn["scratch"]["counters"]["shape"][0] == "tokens"
     dec = m["kernels"]["decode.attention"]["impl"]
     assert [s["symbol"] for s in attn["steps"]] == [s["symbol"] for s in dec["steps"]]
     ag = m["kernels"][am["kernel"]]["impl"]["steps"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 KERNELS = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent   # tests/*.cu: test-only reference kernels
 PREFILL_SMEM = {64: 40960, 128: 81920}
 PAGE = 16          # slots per page of the paged KV pool (kPageTokens, contract PAGE_TOKENS)
 
@@ -29,6 +30,22 @@ def cubin_dir() -> Path:
         return Path(env)
     out = Path(tempfile.mkdtemp(prefix="kern-cubins-"))
     _build_module().build(out)
+    return out
+
+
+def reference_cubin_dir() -> Path:
+    """The test-only reference kernels (``tests/*.cu``, e.g. the former two-launch decode
+    attention) built with build.py's flags, into ``$KERN_KERNELS_CUBINS/reference`` when that
+    is set (built once: a cubin already there is reused), else into a fresh directory."""
+    build = _build_module()
+    nvcc = build.find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found: the reference kernels cannot be built")
+    env = os.environ.get("KERN_KERNELS_CUBINS")
+    out = Path(env) / "reference" if env else Path(tempfile.mkdtemp(prefix="kern-ref-"))
+    for src in sorted(TESTS.glob("*.cu")):
+        if not (out / f"{src.stem}.cubin").exists():
+            build.build_one(nvcc, src, out)
     return out
 
 
@@ -71,17 +88,35 @@ class Kernels:
                                           np.int32(vocab)))
         f2((rows, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
 
-    def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, out,
-                    n_q, n_kv, splits, scale, tokens, s_min=None):
-        """k, v: views [slots, n_kv, D] with unit last stride (any other strides); kv_lens i32
-        [tokens]; table i32 [tokens, P] with unit last stride (row stride: table.stride(0));
-        ``splits``: the grid's (most) splits, ``s_min``: the fewest a row uses (default:
-        ``splits``, a fixed split count at every context)."""
+    def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, counters,
+                    out, n_q, n_kv, splits, scale, tokens, s_min=None):
+        """The one-launch split-KV decode (ABI.md 3a).  k, v: views [slots, n_kv, D] with unit
+        last stride (any other strides); kv_lens i32 [tokens]; table i32 [tokens, P] with unit
+        last stride (row stride: table.stride(0)); part_ml f32 [tokens, n_q, S, 2], part_acc
+        f32 [tokens, n_q, S, D], counters 4-byte [tokens, n_kv] (zero before the launch, zero
+        after it); ``splits``: the grid's (most) splits S, ``s_min``: the fewest a row uses
+        (default: ``splits``, a fixed split count at every context)."""
         s_min = splits if s_min is None else s_min
         d = k.shape[-1]
         assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
-        f1 = self.fn("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{d}")
-        f2 = self.fn("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{d}")
+        assert counters.element_size() == 4 and counters.numel() >= tokens * n_kv
+        f = self.fn("attn_decode.cubin", f"kern_attn_decode_bf16_d{d}")
+        f((n_kv, splits, tokens), (128, 1, 1),
+          (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(out), ptr(part_ml),
+           ptr(part_acc), ptr(counters), np.int32(q_row_stride), np.int64(k.stride(0)),
+           np.int64(k.stride(1)), np.int64(v.stride(0)), np.int64(v.stride(1)), np.int32(n_q),
+           np.int32(n_kv), np.float32(scale), np.int32(s_min), np.int32(table.stride(0))))
+
+    def attn_decode_two_step(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc,
+                             out, n_q, n_kv, splits, scale, tokens, s_min=None):
+        """The former two launches (partial + reduce) from the test-only reference source
+        ``tests/attn_decode_two_step.cu``: ``self`` must load ``reference_cubin_dir()``."""
+        s_min = splits if s_min is None else s_min
+        d = k.shape[-1]
+        assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
+        cubin = "attn_decode_two_step.cubin"
+        f1 = self.fn(cubin, f"kern_attn_decode_partial_bf16_d{d}")
+        f2 = self.fn(cubin, f"kern_attn_decode_reduce_bf16_d{d}")
         f1((n_kv, splits, tokens), (128, 1, 1),
            (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(part_ml), ptr(part_acc),
             np.int32(q_row_stride), np.int64(k.stride(0)), np.int64(k.stride(1)),

@@ -123,15 +123,11 @@ def test_example_steps_match_cubin_layouts(built):
 # The paged attention ABI (issue 20) exactly as kern-gen emits it, per symbol stem (both
 # head dims): a change here is a change of the generator's contract.
 PAGED_ATTENTION_PARAMS = {
-    "kern_attn_decode_partial_bf16": (
+    "kern_attn_decode_bf16": (
         "attn_decode.cubin",
         ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
-         "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
-         "f32", "i32", "i32"]),
-    "kern_attn_decode_reduce_bf16": (
-        "attn_decode.cubin",
-        ["in buffer<f32>", "in buffer<f32>", "in buffer<i32>", "out buffer<bf16>", "i32", "i32",
-         "i32"]),
+         "out buffer<bf16>", "out buffer<f32>", "out buffer<f32>", "out buffer<u32>", "i32",
+         "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"]),
     "kern_attn_prefill_bf16": (
         "attn_prefill.cubin",
         ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
@@ -152,6 +148,30 @@ def test_paged_attention_symbols_have_the_generator_layout(built, stem, d):
     out, _ = built
     cubin, params = PAGED_ATTENTION_PARAMS[stem]
     assert Cubin.read(out / cubin).param_layout(f"{stem}_d{d}") == layout(params)
+
+
+# The test-only reference (the former two-launch decode, tests/attn_decode_two_step.cu) that
+# the GPU tests compare the one-launch kernel with, bit for bit, and bench.py times against it.
+TWO_STEP_PARAMS = {
+    "kern_attn_decode_partial_bf16": [
+        "in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+        "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
+        "f32", "i32", "i32"],
+    "kern_attn_decode_reduce_bf16": [
+        "in buffer<f32>", "in buffer<f32>", "in buffer<i32>", "out buffer<bf16>", "i32", "i32",
+        "i32"],
+}
+
+
+@needs_nvcc
+def test_two_step_reference_builds_with_its_layouts(tmp_path):
+    cub = Cubin.read(build.build_one(NVCC, KERNELS / "tests" / "attn_decode_two_step.cu",
+                                     tmp_path))
+    assert cub.global_functions() == {f"{stem}_d{d}" for stem in TWO_STEP_PARAMS
+                                      for d in (64, 128)}
+    for stem, params in TWO_STEP_PARAMS.items():
+        for d in (64, 128):
+            assert cub.param_layout(f"{stem}_d{d}") == layout(params)
 
 
 def test_paged_attention_abi_is_documented():

@@ -1,6 +1,8 @@
 """GPU tests of kern's own kernels: load the cubins with cupy, launch them with the flat ABI
 of ABI.md on random inputs (outputs and scratch poisoned with NaN first, unused cache slots
-and padding NaN too), compare with torch in float32.
+and padding NaN too), compare with torch in float32.  The one-launch decode attention is also
+checked bit for bit against the former two launches (the test-only ``attn_decode_two_step.cu``)
+and for its arrival counters, which every launch must leave at zero.
 
 Every test is marked ``gpu`` and skips cleanly without torch, cupy, a GPU or nvcc.  Errors
 are appended to ``$KERN_KERNELS_REPORT`` when that is set (device_check.sh shows them).
@@ -42,6 +44,15 @@ def env():
             pytest.skip("nvcc not found and $KERN_KERNELS_CUBINS not set")
     torch.cuda.init()
     return torch, _own_kernels_gpu, _own_kernels_gpu.Kernels(_own_kernels_gpu.cubin_dir())
+
+
+@pytest.fixture(scope="module")
+def two_step(env):
+    """Kernels of the test-only reference sources (the former two-launch decode attention)."""
+    torch, _own_kernels_gpu, _ = env
+    if _own_kernels_gpu._build_module().find_nvcc() is None:
+        pytest.skip("nvcc not found: the reference kernels cannot be built")
+    return _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
 
 
 def _compare(torch, name, got, ref):
@@ -161,18 +172,49 @@ def _attn_inputs(torch, _own_kernels_gpu, cfg, layout, tokens, pos0, seed):
     return n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos
 
 
-def _decode(torch, k, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
-            s_min=None):
-    """The two decode steps on NaN-initialised scratch and output; returns out [T, n_q, d]."""
-    tokens, d = q.shape[0], kc.shape[-1]
+def _scratch(torch, tokens, n_q, n_kv, splits, d):
+    """NaN-poisoned part_ml, part_acc and zeroed counters (what kern-runtime's load leaves)."""
     nan = float("nan")
     part_ml = torch.full((tokens, n_q, splits, 2), nan, dtype=torch.float32, device="cuda")
     part_acc = torch.full((tokens, n_q, splits, d), nan, dtype=torch.float32, device="cuda")
-    out = torch.full((tokens, n_q, d), nan, dtype=torch.bfloat16, device="cuda")
-    k.attn_decode(q, q_stride, kc, vc, kv_lens, table, part_ml, part_acc, out, n_q, n_kv,
-                  splits, scale, tokens, s_min=s_min)
+    counters = torch.zeros((tokens, n_kv), dtype=torch.int32, device="cuda")
+    return part_ml, part_acc, counters
+
+
+def _decode(torch, k, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
+            s_min=None, scratch=None):
+    """The one-launch decode on NaN-initialised scratch (or ``scratch``, reused) and output;
+    checks the counters are back to zero; returns out [T, n_q, d]."""
+    tokens, d = q.shape[0], kc.shape[-1]
+    part_ml, part_acc, counters = scratch or _scratch(torch, tokens, n_q, n_kv, splits, d)
+    out = torch.full((tokens, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    k.attn_decode(q, q_stride, kc, vc, kv_lens, table, part_ml, part_acc, counters, out, n_q,
+                  n_kv, splits, scale, tokens, s_min=s_min)
+    torch.cuda.synchronize()
+    assert not counters.any(), f"counters left non-zero: {counters.nonzero().tolist()[:8]}"
+    return out
+
+
+def _decode_two_step(torch, k2, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
+                     s_min=None):
+    """The former two launches (reference kernels ``k2``), NaN-initialised scratch and out."""
+    tokens, d = q.shape[0], kc.shape[-1]
+    part_ml, part_acc, _ = _scratch(torch, tokens, n_q, n_kv, splits, d)
+    out = torch.full((tokens, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    k2.attn_decode_two_step(q, q_stride, kc, vc, kv_lens, table, part_ml, part_acc, out, n_q,
+                            n_kv, splits, scale, tokens, s_min=s_min)
     torch.cuda.synchronize()
     return out
+
+
+def _same_bits(torch, name, a, b):
+    """a and b hold the same bf16 bits (not merely equal values: -0 vs +0 counts)."""
+    same = a.view(torch.int16) == b.view(torch.int16)
+    if not bool(same.all()):
+        diff = (a.float() - b.float()).abs().max().item()
+        _report(f"{name}: {int((~same).sum())} of {same.numel()} bf16 values differ, "
+                f"max |diff| {diff:.3e}")
+        raise AssertionError(f"{name}: {int((~same).sum())} values differ (max {diff})")
 
 
 def _prefill(torch, k, q, q_stride, kc, vc, pos, table, n_q, n_kv, scale):
@@ -324,13 +366,11 @@ def test_decode_grid_fixed_kv_lens_from_device_memory(env):
     scale = 1 / math.sqrt(d)
     table = _own_kernels_gpu.identity_table(torch, 1, 601, "cuda")
     lens = torch.zeros((1,), dtype=torch.int32, device="cuda")
-    pm = torch.empty((1, n_q, 128, 2), dtype=torch.float32, device="cuda")
-    pa = torch.empty((1, n_q, 128, d), dtype=torch.float32, device="cuda")
+    scratch = _scratch(torch, 1, n_q, n_kv, 128, d)       # one scratch (and counters) for all
     for p in (0, 1, 127, 128, 129, 600):
         lens.fill_(p + 1)
-        out = torch.full((1, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")
-        k.attn_decode(q, q_stride, kc, vc, lens, table, pm, pa, out, n_q, n_kv, 128, scale, 1)
-        torch.cuda.synchronize()
+        out = _decode(torch, k, q, q_stride, kc, vc, lens, table, n_q, n_kv, 128, scale,
+                      scratch=scratch)
         ref = _own_kernels_gpu.ref_attention(torch, q, kc, vc, p, scale, n_q, n_kv)
         _compare(torch, f"decode replay-style kv_len={p + 1}", out, ref)
 
@@ -535,3 +575,105 @@ def test_attn_prefill_paged_bit_identical_to_identity_table(env, cfg, layout, po
     ref = ok.ref_attention(torch, q, lk, lv, pos0, scale, n_q, n_kv)
     _compare(torch, f"paged prefill {cfg} {layout} pos0={pos0} T={tokens} (identity)",
              outs[1], ref)
+
+
+# -------------------------------------------------- one launch: bits, counters, replays
+# The one-launch decode must give the bits of the former two launches (same arithmetic, the
+# merge in split order whichever block arrives last), leave its counters at zero and give the
+# same bits when the same launch runs again on the same scratch.
+
+BIT_CASES = ([(c, lay, t, p, s, None, sm) for c, lay, t, p, s, sm in DECODE_CASES] +
+             [(c, lay, t, p, s, s_min, 1.0) for c, lay, t, p, s, s_min in ADAPTIVE_CASES])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg,layout,tokens,pos0,splits,s_min,scale_mul", BIT_CASES)
+def test_attn_decode_bits_equal_two_launches(env, two_step, cfg, layout, tokens, pos0, splits,
+                                             s_min, scale_mul):
+    torch, ok, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, ok, cfg, layout, tokens, pos0, seed=pos0 * 13 + tokens + splits)
+    scale = scale_mul / math.sqrt(d)
+    table = ok.identity_table(torch, tokens, pos0 + tokens, "cuda")
+    lens = ok.causal_kv_lens(torch, pos0, tokens, "cuda")
+    args = (q, q_stride, kc, vc, lens, table, n_q, n_kv, splits, scale, s_min)
+    _same_bits(torch, f"1 vs 2 launches {cfg} {layout} T={tokens} pos0={pos0} S={splits} "
+                      f"s_min={s_min}", _decode(torch, k, *args),
+               _decode_two_step(torch, two_step, *args))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg,layout,spec", PAGED_DECODE_CASES)
+def test_attn_decode_paged_batch_bits_equal_two_launches(env, two_step, cfg, layout, spec):
+    torch, ok, k = env
+    lengths = _lengths(spec, gen_seed=spec[0] * 5 + 1)
+    q, q_stride, kc, vc, table, lens, logical, _ = _paged_batch(env, cfg, layout, lengths,
+                                                                seed=len(lengths) + 3)
+    n_q, n_kv, d = CONFIGS[cfg]
+    S, s_min = GEN_SPLITS[cfg]
+    args = (q, q_stride, kc, vc, lens, table, n_q, n_kv, S, 1 / math.sqrt(d), s_min)
+    _same_bits(torch, f"1 vs 2 launches paged {cfg} B={len(lengths)}",
+               _decode(torch, k, *args), _decode_two_step(torch, two_step, *args))
+
+
+# rows of a batch: direct (A = 1) and merged rows, short rows with empty splits, long rows
+# past the minimum split count, in one launch
+MANY_ROWS = [1, 15, 16, 17, 31, 32, 33, 511, 512, 513, 1024, 4095, 8193, 20000]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", ["9q3kv_d64", "32q8kv_d128"])
+@pytest.mark.parametrize("rows", [4, 40, 200])
+def test_attn_decode_many_rows_of_varying_lengths(env, two_step, cfg, rows):
+    """``rows`` sequences of lengths 1 .. 20000 in one launch (the per-row split count
+    A = clamp(ceil(L / 512), s_min / rows, S) ranges from 1 to 40 here), through permuted
+    pages: matches the reference, the bits of the two launches, and itself when run again on
+    the same scratch (the counters back at zero after each launch)."""
+    torch, ok, k = env
+    rnd = random.Random(rows)
+    head = MANY_ROWS if rows >= len(MANY_ROWS) else [1, 513, 4095, 20000][:rows]
+    lengths = head + [rnd.randint(1, 3000) for _ in range(rows - len(head))]
+    rnd.shuffle(lengths)
+    q, q_stride, kc, vc, table, lens, logical, _ = _paged_batch(env, cfg, "token_major",
+                                                                lengths, seed=rows)
+    n_q, n_kv, d = CONFIGS[cfg]
+    S, s_min = GEN_SPLITS[cfg]
+    scale = 1 / math.sqrt(d)
+    scratch = _scratch(torch, rows, n_q, n_kv, S, d)
+    args = (q, q_stride, kc, vc, lens, table, n_q, n_kv, S, scale, s_min)
+    first = _decode(torch, k, *args, scratch=scratch)
+    again = _decode(torch, k, *args, scratch=scratch)
+    name = f"many rows {cfg} B={rows} lens {min(lengths)}..{max(lengths)}"
+    _same_bits(torch, name + " (run twice)", first, again)
+    _same_bits(torch, name + " (1 vs 2 launches)", first,
+               _decode_two_step(torch, two_step, *args))
+    _compare(torch, name, first, _ref_rows(torch, ok, q, logical, scale, n_q, n_kv))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", ["9q3kv_d64", "32q8kv_d128"])
+def test_attn_decode_same_launch_twice_and_replays(env, cfg):
+    """One set of launch arguments and one scratch (counters included), as a captured graph
+    replays them: the same launch twice (4095 keys, 16 / 32 splits) gives the same bits; then,
+    with s_min = 1, kv_lens changes in device memory so that the row's split count goes
+    1 -> 4 -> 18 -> 1 -> 2 -> 1 (the direct path and the merge on one set of counters) and
+    each result matches the reference."""
+    torch, ok, k = env
+    n_q, n_kv, d, pool, kc, vc, qkv, q, q_stride, pos = _attn_inputs(
+        torch, ok, cfg, "token_major", 1, 9000, seed=4)
+    scale = 1 / math.sqrt(d)
+    table = ok.identity_table(torch, 1, 9001, "cuda")
+    S, s_min = GEN_SPLITS[cfg]
+    lens = torch.full((1,), 4095, dtype=torch.int32, device="cuda")
+    scratch = _scratch(torch, 1, n_q, n_kv, S, d)
+    a = _decode(torch, k, q, q_stride, kc, vc, lens, table, n_q, n_kv, S, scale, s_min,
+                scratch=scratch)
+    b = _decode(torch, k, q, q_stride, kc, vc, lens, table, n_q, n_kv, S, scale, s_min,
+                scratch=scratch)
+    _same_bits(torch, f"same launch twice {cfg}", a, b)
+    for n in (300, 2000, 9001, 1, 513, 300):
+        lens.fill_(n)
+        out = _decode(torch, k, q, q_stride, kc, vc, lens, table, n_q, n_kv, S, scale, 1,
+                      scratch=scratch)
+        _compare(torch, f"replay {cfg} kv_len={n} s_min=1", out,
+                 ok.ref_attention(torch, q, kc, vc, n - 1, scale, n_q, n_kv))

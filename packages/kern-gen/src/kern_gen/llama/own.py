@@ -77,36 +77,36 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
 
 
 def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+    """One launch (kernels/ABI.md 3a): split blocks write partials, the last to arrive for
+    its (row, kv head) merges them in split order and writes ``out``."""
     cfg = asm.cfg
     D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
     s_min = decode_splits(KVH)
     S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
     r = "tokens" if rows == TOK else rows
-    scale = {"f32": 1.0 / math.sqrt(D)}
     iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
              "out buffer<bf16>"]
-    body = {"params": iface, "impl": {
-        "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
-                    "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
-        "steps": [
-            asm.own_step("attn_decode.cubin", f"kern_attn_decode_partial_bf16_d{D}",
-                         params=["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>",
-                                 "in buffer<i32>", "out buffer<f32>", "out buffer<f32>",
-                                 "i32", "i64", "i64", "i64", "i64", "i32", "i32", "f32",
-                                 "i32", "i32"],
-                         block=[128, 1, 1], grid=[KVH, S, rows],
-                         args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
-                               {"scratch": "part_ml"}, {"scratch": "part_acc"},
-                               {"i32": cfg.q_width}, *strides, {"i32": H}, {"i32": KVH},
-                               scale, {"i32": s_min}, {"i32": asm.kv.table_pages}]),
-            asm.own_step("attn_decode.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
-                         params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
-                                 "out buffer<bf16>", "i32", "i32", "i32"],
-                         block=[D, 1, 1], grid=[H, rows, 1],
-                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
-                               {"arg": 5}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
+    scratch = {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
+               "part_acc": {"dtype": "f32", "shape": [r, H, S, D]},
+               # Arrival counters, one per (row, kv head). Contract: zero before the first
+               # launch (kern-runtime zero-fills the arena at load; the area is this kernel's
+               # own) and zero after every complete launch (the last block of each (row, kv
+               # head) resets its counter), so every dispatch and graph replay starts at zero.
+               # `out` in the step: E0504 forbids reading scratch no step of the dispatch wrote.
+               "counters": {"dtype": "u32", "shape": [r, KVH]}}
+    step = asm.own_step(
+        "attn_decode.cubin", f"kern_attn_decode_bf16_d{D}",
+        params=[*iface, "out buffer<f32>", "out buffer<f32>", "out buffer<u32>", "i32", "i64",
+                "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"],
+        block=[128, 1, 1], grid=[KVH, S, rows],
+        args=[*({"arg": i} for i in range(6)), {"scratch": "part_ml"}, {"scratch": "part_acc"},
+              {"scratch": "counters"}, {"i32": cfg.q_width}, *strides, {"i32": H},
+              {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)}, {"i32": s_min},
+              {"i32": asm.kv.table_pages}])
+    body = {"params": iface, "impl": {"scratch": scratch, "steps": [step]}}
     return asm.kernel(f"{program}.attention", body,
-                      f"own split-KV decode attention ({s_min} to {S} splits by context)")
+                      f"own split-KV decode attention, one launch ({s_min} to {S} splits by "
+                      "context)")
 
 
 def _flash(asm: Assembler, strides: list) -> str:
