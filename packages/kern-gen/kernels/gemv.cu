@@ -11,8 +11,9 @@
 //   a bf16 [m, k] row-major, w bf16 [n, k] row-major (one row per output column), c bf16
 //   [m, n] row-major; f32 accumulation, c rounded to nearest even.  k % 8 == 0; a and w
 //   16-byte aligned (rows are k elements, so every row is too); c 2-byte aligned.
-//   grid (ceil(n / 16), ceil(m / 8), 1), block (32 * NW, 1, 1) with 1 <= NW <= 16 warps; no
-//   dynamic shared memory.  Any m >= 1 is correct (grid.y blocks of 8 rows each re-read W).
+//   grid (ceil(n / 16), ceil(m / 8), 1), block (32 * NW, 1, 1) with 1 <= NW <= 16 warps
+//   (another block shape, k % 8 != 0 or a misaligned a / w traps); no dynamic shared memory.
+//   Any m >= 1 is correct (grid.y blocks of 8 rows each re-read W).
 //   Nothing outside a[0 .. m*k), w[0 .. n*k) is read, nothing outside c[0 .. m*n) written.
 //
 // Shapes it is meant for (decode / verify GEMMs): Qwen3-4B qkv n 6144 k 2560, o 2560 x 4096,
@@ -92,8 +93,8 @@ kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     __shared__ float red[kMaxWarps][kRows][kCols];
 
     const int nw = blockDim.x >> 5;
-    if ((blockDim.x & 31) != 0 || nw > kMaxWarps || (k & 7) != 0 ||
-        ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(w)) & 15) != 0) {
+    if ((blockDim.x & 31) != 0 || nw > kMaxWarps || blockDim.y != 1 || blockDim.z != 1 ||
+        (k & 7) != 0 || ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(w)) & 15)) {
         __trap();
     }
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
