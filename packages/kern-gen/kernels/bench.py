@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark kern's own kernels against their torch equivalents on the GPU.
 
-    KERN_KERNELS_CUBINS=DIR python3 packages/kern-gen/kernels/bench.py
+    KERN_KERNELS_CUBINS=DIR python3 packages/kern-gen/kernels/bench.py [--only gemv]
 
 Each measurement replays a CUDA graph of INNER launches (cupy stream capture for kern's
 kernels, torch.cuda.graph for torch) and takes the median over REPS replays, timed with CUDA
@@ -15,6 +15,10 @@ generator's split counts, for one and for many sequences per launch.  The ``1 la
 ``2 launches`` rows time the one-launch decode (attn_decode.cu) against the former partial +
 reduce pair (the test-only tests/attn_decode_two_step.cu, built here with build.py's flags),
 on the same data, in the same run.
+
+The GEMV rows (``--only gemv`` runs only them) time the own GEMV on the examples' decode GEMM
+shapes at m = 1 and 8 against torch's bf16 ``linear`` (cuBLAS), weights rotated over > 2 x
+L2, GB/s = (W + A + C bytes) / time.
 """
 from __future__ import annotations
 
@@ -300,17 +304,82 @@ def bench_embedding(k, tokens, vocab=151936, hidden=2560):
     row(f"embedding T{tokens} hidden{hidden}", us, tus, "GB/s", 2 * tokens * hidden * 2)
 
 
-def main() -> int:
+# The own GEMV (ABI.md 4) on the examples' decode GEMMs: (name, n, k).
+GEMV_SHAPES = [
+    ("qwen3-4b qkv", 6144, 2560), ("qwen3-4b o", 2560, 4096), ("qwen3-4b gate_up", 19456, 2560),
+    ("qwen3-4b down", 2560, 9728), ("qwen3-4b lm_head", 151936, 2560),
+    ("smollm2 qkv", 960, 576), ("smollm2 o", 576, 576), ("smollm2 gate_up", 3072, 576),
+    ("smollm2 down", 576, 1536), ("smollm2 lm_head", 49152, 576),
+]
+ROTATE_BYTES = 128 << 20     # weight copies per shape: > 2 x the H200's 50 MB L2
+
+
+def bench_gemv(k, name, n, kk, m):
+    """Ours at every block size (1 .. 16 warps; the row: the generator's) vs torch's bf16
+    ``linear`` (cuBLAS), both over enough copies of W that every launch reads it from HBM.
+    Launched without PDL (cupy and torch graphs): kernel time only, no overlap with a
+    previous kernel."""
+    dev = "cuda"
+    copies = max(1, min(256, -(-ROTATE_BYTES // (2 * n * kk))))
+    ws = [(torch.randn((n, kk), device=dev) * 0.05).to(torch.bfloat16) for _ in range(copies)]
+    a = torch.randn((m, kk), device=dev).to(torch.bfloat16)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device=dev)
+    nbytes = 2 * (n * kk + m * kk + m * n)
+    gen = _own_kernels_gpu.gemv_warps(n, kk)
+    us = {}
+    for nw in (1, 2, 4, 8, 16):
+        if nw == 1 or nw <= -(-kk // 32):
+            us[nw] = time_cupy([(lambda w=w, nw=nw: k.gemv(a, w, c, warps=nw)) for w in ws])
+    best = min(us, key=us.get)
+    print("  gemv " + name + f" m{m}: " + ", ".join(f"NW={nw} {t:.2f} us" for nw, t in us.items()),
+          flush=True)
+    tus = time_torch([(lambda w=w: F.linear(a, w)) for w in ws])
+    row(f"gemv {name} {n}x{kk} m{m} NW={gen} (best {best}: {us[best]:.2f})", us[gen], tus,
+        "GB/s", nbytes)
+    del ws
+    torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["all", "gemv", "attn"], default="all",
+                    help="gemv: only the GEMV rows; attn: only the one-vs-two-launch decode rows "
+                         "(default: every benchmark, GEMV last)")
+    args = ap.parse_args(argv)
     t0 = time.time()
     k = _own_kernels_gpu.Kernels(_own_kernels_gpu.cubin_dir())
-    k2 = _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
-    # one launch vs the former two (issue 16), the generator's split counts
-    for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
-        for ctx in (128, 512, 1024, 4096, 32768):
-            bench_decode_launches(k, k2, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
-        for batch in (8, 32, 64):
-            bench_decode_launches(k, k2, n_q, n_kv, d, batch, 1024, layers=2)
+    if args.only in ("all", "attn"):
+        # one launch vs the former two (issue 16), the generator's split counts
+        k2 = _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
+        for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
+            for ctx in (128, 512, 1024, 4096, 32768):
+                bench_decode_launches(k, k2, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
+            for batch in (8, 32, 64):
+                bench_decode_launches(k, k2, n_q, n_kv, d, batch, 1024, layers=2)
+    if args.only == "all":
+        others(k)
+    if args.only in ("all", "gemv"):
+        for m in (1, 8):
+            for name, n, kk in GEMV_SHAPES:
+                bench_gemv(k, name, n, kk, m)
+    print(f"\n== summary (median device time per launch; rate) [{time.time() - t0:.0f} s] ==")
+    print(f"{'what':56s} {'kern us':>9s} {'rate':>9s} | {'torch us':>9s} {'rate':>9s}  unit")
+    for what, us, r, tus, tr, unit in ROWS:
+        ts = f"{tus:9.2f} {tr:9.1f}" if tus else f"{'-':>9s} {'-':>9s}"
+        print(f"{what:56s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
+    if LAUNCHES:
+        print("\n== decode: one launch vs two (median us per layer; saved = two - one) ==")
+        print(f"{'what':44s} {'1 launch':>9s} {'2 launch':>9s} {'saved':>7s} {'torch':>9s}")
+        for what, one, two, tus in LAUNCHES:
+            ts = f"{tus:9.2f}" if tus else f"{'-':>9s}"
+            print(f"{what:44s} {one:9.2f} {two:9.2f} {two - one:7.2f} {ts}")
+    return 0
+
+
+def others(k) -> None:
+    """Every benchmark but the GEMV's and the one-vs-two-launch decode rows."""
     for ctx in (128, 512, 1024, 4096):
         bench_decode(k, 32, 8, 128, ctx, (4, 8, 16, 32, 48))
     for ctx in (128, 512, 1024, 4096):
@@ -334,17 +403,6 @@ def main() -> int:
     bench_argmax(k)
     for tokens in (1, 2048):
         bench_embedding(k, tokens)
-    print(f"\n== summary (median device time per launch; rate) [{time.time() - t0:.0f} s] ==")
-    print(f"{'what':56s} {'kern us':>9s} {'rate':>9s} | {'torch us':>9s} {'rate':>9s}  unit")
-    for what, us, r, tus, tr, unit in ROWS:
-        ts = f"{tus:9.2f} {tr:9.1f}" if tus else f"{'-':>9s} {'-':>9s}"
-        print(f"{what:56s} {us:9.2f} {r:9.1f} | {ts}  {unit}")
-    print("\n== decode: one launch vs two (median us per layer; saved = two - one) ==")
-    print(f"{'what':44s} {'1 launch':>9s} {'2 launch':>9s} {'saved':>7s} {'torch':>9s}")
-    for what, one, two, tus in LAUNCHES:
-        ts = f"{tus:9.2f}" if tus else f"{'-':>9s}"
-        print(f"{what:44s} {one:9.2f} {two:9.2f} {two - one:7.2f} {ts}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 #   bash packages/kern-gen/kernels/device_check.sh
 # Builds the cubins (ptxas report → $OUT/ptxas.txt), runs the GPU tests (log → $OUT/kernels.log,
 # per-case errors → $OUT/errors.txt; attention through identity and permuted page tables,
-# batches of sequences), then the benchmark (→ $OUT/bench.txt, table last; paged rows:
-# permuted vs consecutive pages, batched decode).
+# batches of sequences; the GEMV next to cuBLAS), then the benchmark (→ $OUT/bench.txt, table
+# last; paged rows: permuted vs consecutive pages, batched decode; GEMV rows last).
 set -u -o pipefail
 K=packages/kern-gen/kernels
 : "${OUT:?set OUT}"

@@ -265,14 +265,16 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
     pre = m["programs"]["prefill"]["dispatches"]
     ver = m["programs"]["verify"]["dispatches"]
-    strip = lambda d: (d["label"], d["kernel"] if "attention" not in d["kernel"] else "attn")
+    strip = lambda d: (d["label"], "attn" if "attention" in d["kernel"] else
+                       "gemm" if d["kernel"].startswith(("gemm", "verify.gemm.")) else d["kernel"])
     assert [strip(d) for d in ver[:len(pre)]] == [strip(d) for d in pre]
     assert all(a.get("buf", "").startswith(("verify.", "model.", "token_ids", "positions",
                                             "slots", "pos0", "kv_lens", "block_table",
                                             "predictions")) for d in ver for a in d["args"]
                if "buf" in a), "verify must not touch prefill's or decode's workspaces"
     lm, am = ver[-2], ver[-1]
-    assert lm["kernel"] == "gemm" and lm["args"][3] == {"sym": "tokens"}
+    vocab, hidden = m["buffers"]["logits"]["shape"][1], lm["args"][5]["i32"]
+    assert lm["kernel"] == f"verify.gemm.{vocab}x{hidden}" and lm["args"][3] == {"sym": "tokens"}
     assert lm["args"][4] == {"i32": m["buffers"]["logits"]["shape"][1]}
     assert am["args"] == [lm["args"][2], {"buf": "predictions"}]
     assert m["buffers"]["predictions"] == {"dtype": "i64", "shape": ["tokens"],
@@ -297,7 +299,11 @@ def test_batch_program_is_verify_with_every_rows_token_in_next_token(name):
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
     ver = m["programs"]["verify"]["dispatches"]
     bat = m["programs"]["batch"]["dispatches"]
-    assert [(d["label"], d["kernel"]) for d in bat] == [(d["label"], d["kernel"]) for d in ver]
+    # the same kernels, but for the GEMMs: verify's per shape (few rows), batch's the wide one
+    gemm = lambda k: "gemm" if k.startswith("verify.gemm.") else k
+    assert [(d["label"], d["kernel"]) for d in bat] == [(d["label"], gemm(d["kernel"]))
+                                                        for d in ver]
+    assert {d["kernel"] for d in bat if "gemm" in d["kernel"]} == {"gemm"}
     rename = lambda a: {"buf": a["buf"].replace("verify.", "batch.", 1)} \
         if a.get("buf", "").startswith("verify.") else a
     for b, v in zip(bat[:-1], ver[:-1]):

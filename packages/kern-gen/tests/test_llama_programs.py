@@ -1,5 +1,5 @@
-"""Programs and emitters (``kern_gen.llama.programs.PROGRAMS``, ``assemble.EMIT`` /
-``GEMM_IMPLS`` / ``step``): the manifest's programs are PROGRAMS in order, every op kind has
+"""Programs and emitters (``kern_gen.llama.programs.PROGRAMS``, ``assemble.EMIT`` / ``step``,
+``gemm.GEMM_IMPLS``): the manifest's programs are PROGRAMS in order, every op kind has
 an emitter (an unknown one is refused, not dropped), and the GEMM step is built in one place."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from kern_gen.llama import WiringError
-from kern_gen.llama.assemble import EMIT, GEMM_IMPLS, Assembler, step
+from kern_gen.llama.assemble import EMIT, Assembler, step
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.config import ModelConfig
-from kern_gen.llama.ir import Op, Program, Ref
+from kern_gen.llama.gemm import GEMM_IMPLS, PARAMS, gemv_warps
+from kern_gen.llama.ir import TOK, Op, Program, Ref
 from kern_gen.llama.kv import KVLayout
-from kern_gen.llama.programs import PROGRAMS
+from kern_gen.llama.programs import FEW_ROWS, PROGRAMS
 
 ROOT = Path(__file__).resolve().parents[3]
 CFG = ModelConfig("toy", vocab=64, hidden=64, intermediate=128, layers=1, heads=4, max_positions=256,
@@ -42,15 +43,72 @@ def test_an_op_without_emitter_is_refused():
     assert {"mined", "gemm", "embedding", "angles", "attention", "argmax"} == set(EMIT)
 
 
-def test_the_gemm_step_comes_from_gemm_impls():
-    op = Op("gemm", "L0.mlp.down_proj", None, args={
+def _gemm_op():
+    return Op("gemm", "L0.mlp.down_proj", None, args={
         "a": Ref(buf="x"), "w": Ref(buf="w"), "c": Ref(buf="y"), "n": 64, "k": 128})
+
+
+def test_the_gemm_step_comes_from_gemm_impls():
+    """Wide programs: the one cuBLASLt kernel `gemm`; few-row programs: one kernel per shape,
+    declared by name even though the cuBLASLt bodies are equal (not merged into `gemm`)."""
     asm = _asm()
-    d = EMIT["gemm"](asm, "decode", op, 1)
+    wide = EMIT["gemm"](asm, "prefill", _gemm_op(), TOK)
+    assert wide["kernel"] == "gemm" and wide["args"][3:] == [TOK, {"i32": 64}, {"i32": 128}]
+    d = EMIT["gemm"](asm, "decode", _gemm_op(), 1)
+    assert d["kernel"] == "decode.gemm.64x128"
     assert d["args"][3:] == [{"i32": 1}, {"i32": 64}, {"i32": 128}]
+    assert asm.kernels["decode.gemm.64x128"] == asm.kernels["gemm"]
     (st,) = asm.kernels[d["kernel"]]["impl"]["steps"]
     assert st == step("extern:cublaslt_bf16_tn", st["params"], [1, 1, 1], [1, 1, 1],
                       [{"arg": i} for i in range(6)])
-    assert "cubin" not in st and "shared_mem" not in st and list(GEMM_IMPLS) == ["cublaslt"]
-    with pytest.raises(WiringError, match="GEMM implementation `gemv`: the generator has"):
-        EMIT["gemm"](_asm(gemm_impl="gemv"), "decode", op, 1)
+    assert "cubin" not in st and "shared_mem" not in st
+    assert list(GEMM_IMPLS) == ["cublaslt", "gemv"] and FEW_ROWS == {"decode", "verify"}
+    with pytest.raises(WiringError, match="GEMM implementation `tiled`: the generator has "
+                                          "cublaslt, gemv"):
+        EMIT["gemm"](_asm(gemm_impl="tiled"), "decode", _gemm_op(), 1)
+
+
+def test_the_gemv_impl_replaces_only_the_few_row_kernels():
+    asm = _asm(gemm_impl="gemv")
+    asm.own_sha = {"gemv.cubin": "ab" * 32}
+    wide = EMIT["gemm"](asm, "batch", _gemm_op(), TOK)
+    ver = EMIT["gemm"](asm, "verify", _gemm_op(), TOK)
+    dec = EMIT["gemm"](asm, "decode", _gemm_op(), 1)
+    assert (wide["kernel"], ver["kernel"], dec["kernel"]) == \
+        ("gemm", "verify.gemm.64x128", "decode.gemm.64x128")
+    assert asm.kernels["gemm"]["impl"]["steps"][0]["symbol"] == "extern:cublaslt_bf16_tn"
+    (sv,) = asm.kernels["verify.gemm.64x128"]["impl"]["steps"]
+    (sd,) = asm.kernels["decode.gemm.64x128"]["impl"]["steps"]
+    nw = gemv_warps(64, 128)
+    assert nw == 4          # k 128 = 4 steps of 32
+    assert sv == step("kern_gemv_bf16", PARAMS, [32 * nw, 1, 1],
+                      [4, {"ceil_div": [TOK, 8]}, 1], [{"arg": i} for i in range(6)],
+                      cubin="gemv.cubin", sha256="ab" * 32)
+    assert sd["grid"] == [4, 1, 1] and sd["block"] == sv["block"]
+    assert asm.cubins["gemv.cubin"].symbols == {"kern_gemv_bf16"}
+
+
+def test_the_gemv_refuses_what_it_cannot_read():
+    asm = _asm(gemm_impl="gemv")
+    asm.own_sha = {"gemv.cubin": "ab" * 32}
+    op = _gemm_op()
+    op.args["k"] = 132
+    with pytest.raises(WiringError, match="k % 8 == 0"):
+        EMIT["gemm"](asm, "decode", op, 1)
+    op = _gemm_op()
+    op.args["w"] = Ref(buf="w", offset=8)
+    with pytest.raises(WiringError, match="W at byte offset 8 of `w`.*16-byte"):
+        EMIT["gemm"](asm, "decode", op, 1)
+    with pytest.raises(WiringError, match="own kernel `gemv.cubin` was not built"):
+        EMIT["gemm"](_asm(gemm_impl="gemv"), "decode", _gemm_op(), 1)
+
+
+@pytest.mark.parametrize("n,k,want", [(6144, 2560, 8), (2560, 4096, 16), (19456, 2560, 2),
+                                      (2560, 9728, 16), (151936, 2560, 1), (4096, 2560, 8),
+                                      (1024, 2560, 16), (9728, 2560, 4), (960, 576, 16),
+                                      (576, 576, 16), (3072, 576, 16), (576, 1536, 16),
+                                      (49152, 576, 1), (192, 576, 16), (64, 32, 1),
+                                      (64, 96, 2), (16, 8, 1)])
+def test_gemv_warps_rule(n, k, want):
+    """A power of two <= 16, <= the k steps of 32, <= 3168 warps over the grid (ABI.md 4)."""
+    assert gemv_warps(n, k) == want

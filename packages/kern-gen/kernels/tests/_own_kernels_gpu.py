@@ -16,6 +16,19 @@ PREFILL_SMEM = {64: 40960, 128: 81920}
 PAGE = 16          # slots per page of the paged KV pool (kPageTokens, contract PAGE_TOKENS)
 
 
+GEMV_COLS, GEMV_ROWS = 16, 8   # output columns / rows of A per GEMV block (ABI.md 4)
+
+
+def gemv_warps(n: int, k: int) -> int:
+    """kern-gen's warps per GEMV block (``kern_gen.llama.gemm.gemv_warps``; a CPU test checks
+    that the two agree): the largest power of two <= min(16, ceil(k/32), 3168 // blocks)."""
+    cap = min(16, -(-k // 32), (132 * 24) // -(-n // GEMV_COLS))
+    nw = 1
+    while nw * 2 <= cap:
+        nw *= 2
+    return nw
+
+
 def _build_module():
     spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", KERNELS / "build.py")
     mod = importlib.util.module_from_spec(spec)
@@ -87,6 +100,16 @@ class Kernels:
         f1((rows, parts, 1), (256, 1, 1), (ptr(logits), ptr(part_val), ptr(part_idx),
                                           np.int32(vocab)))
         f2((rows, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
+
+    def gemv(self, a, w, c, m=None, warps=None):
+        """c[m, n] = a[m, k] @ w[n, k]^T (bf16, contiguous); ``warps`` per block (default:
+        the generator's rule)."""
+        m = a.shape[0] if m is None else m
+        n, k = w.shape
+        warps = gemv_warps(n, k) if warps is None else warps
+        f = self.fn("gemv.cubin", "kern_gemv_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
+          (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
 
     def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, counters,
                     out, n_q, n_kv, splits, scale, tokens, s_min=None):

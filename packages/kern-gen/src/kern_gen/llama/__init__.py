@@ -20,8 +20,10 @@ Modules, in pipeline order:
                     every fact it relies on (:mod:`.falsify`) and yields ops;
 - :mod:`.programs`  ``PROGRAMS``: each program cut from one captured graph;
 - :mod:`.merge`     merged q/k/v and gate/up projections;
-- :mod:`.assemble`  ops -> manifest (``EMIT``: mined kernels, ``GEMM_IMPLS``, :mod:`.own`),
+- :mod:`.assemble`  ops -> manifest (``EMIT``: mined kernels, :mod:`.gemm`, :mod:`.own`),
                     export plan, kernels directory (mined + own cubins);
+- :mod:`.gemm`      the GEMMs' kernels: one interface, ``GEMM_IMPLS`` (cuBLASLt, the own
+                    GEMV for the few-row programs: ``--gemm``);
 - :mod:`.readme`    the generation report (the example's README.md);
 - :mod:`.pipeline`  facts -> programs -> manifest, plan, cubins, report; writing;
 - :mod:`.repo`      the kern checkout's files (own kernel sources, presets), found from

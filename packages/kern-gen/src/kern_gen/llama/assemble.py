@@ -9,8 +9,8 @@ concatenated, export plan ``concat``; :mod:`.merge`); ``model.rotary_emb.inv_fre
 derived weight (export plan ``rope_inv_freq``).
 
 Each op becomes one dispatch through ``EMIT[op.kind]``: mined kernels (the captured cubin and
-ABI), GEMMs (:data:`GEMM_IMPLS`, today the cuBLASLt extern) and the own kernels
-(:mod:`.own`); every kernel step is built by :func:`step`.
+ABI), GEMMs (:mod:`.gemm`: cuBLASLt, or the own GEMV in the few-row programs) and the own
+kernels (:mod:`.own`); every kernel step is built by :func:`step`.
 
 KV states (one per layer's K and V, ``bytes_per_token`` each), the positions' domain (the
 writers' compiled bound) and the attention kernels' strides come from the one
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import falsify as F
+from . import gemm as G
 from . import own, sass
 from .arch import INV_FREQ
 from .config import ModelConfig
@@ -73,7 +74,7 @@ class Assembler:
         self.merged = merged or {}      # merged weight -> [(part, first row)]
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-        self.gemm_impl = gemm_impl      # the GEMM_IMPLS entry every GEMM is emitted with
+        self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
         self.buffers: dict[str, dict[str, Any]] = {}
@@ -139,16 +140,34 @@ class Assembler:
         self.sources[name] = source
         return name
 
+    def kernel_named(self, name: str, body: dict[str, Any], source: str) -> str:
+        """Declare the kernel ``name`` exactly (no merging with equal bodies of other names:
+        the name is the caller's key); declaring it again must give the same body."""
+        if name in self.kernels:
+            if self.kernels[name] != body:
+                raise WiringError(f"internal: kernel `{name}` declared with two bodies")
+            return name
+        self.kernels[name] = body
+        self.sources[name] = source
+        return name
+
     def own_step(self, file: str, symbol: str, weights_first: bool = False,
                  **kw: Any) -> dict[str, Any]:
         """A step of an own kernel (``kernels/<file>``, pinned by its built sha256), with
         ``pdl`` where its code waits on the grid dependency before any memory access
         (``weights_first``: its source reads only weights before the wait, so the wait
         alone is required; :func:`.sass.pdl_wait`)."""
+        if file not in self.own_sha:
+            raise WiringError(f"own kernel `{file}` was not built (kernels/{file[:-6]}.cu)")
         self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
         pdl = _pdl_of(self.own[file], symbol, f"own kernel `{symbol}` ({file})",
                       weights_first=weights_first)
         return step(symbol, cubin=file, sha256=self.own_sha[file], pdl=pdl, **kw)
+
+    @staticmethod
+    def extern_step(symbol: str, **kw: Any) -> dict[str, Any]:
+        """A step of a runtime built-in (``extern:…``, no cubin)."""
+        return step(symbol, **kw)
 
     # --- whole manifest -------------------------------------------------------------------
     def manifest(self, programs: list[Program], tokens_max: int) -> dict[str, Any]:
@@ -268,36 +287,8 @@ def mined(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     return {"label": op.label, "kernel": name, "args": disp}
 
 
-def cublaslt_gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """``C[m, n] = A[m, k] @ W[n, k]^T`` in bf16 through the runtime's cuBLASLt extern;
-    ``m`` = the program's rows."""
-    t = "extern:cublaslt_bf16_tn"
-    p = ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32"]
-    name = asm.kernel("gemm", {"params": p, "impl": {"steps": [
-        step(t, p, [1, 1, 1], [1, 1, 1], [{"arg": i} for i in range(6)])]}},
-        "extern cuBLASLt (`extern:cublaslt_bf16_tn`)")
-    a = op.args
-    m = {"sym": "tokens"} if rows == TOK else {"i32": rows}
-    return {"label": op.label, "kernel": name,
-            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]), m,
-                     {"i32": a["n"]}, {"i32": a["k"]}]}
-
-
-GEMM_IMPLS: dict[str, Emitter] = {"cublaslt": cublaslt_gemm}
-"""How a GEMM op is emitted (``Assembler(gemm_impl=...)``): the one place a GEMM's step is
-built."""
-
-
-def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    impl = GEMM_IMPLS.get(asm.gemm_impl)
-    if impl is None:
-        raise WiringError(f"GEMM implementation `{asm.gemm_impl}`: the generator has "
-                          f"{sorted(GEMM_IMPLS)}")
-    return impl(asm, program, op, rows)
-
-
 EMIT: dict[str, Emitter] = {
-    "mined": mined, "gemm": gemm, "embedding": own.embedding, "angles": own.rope_angles,
+    "mined": mined, "gemm": G.gemm, "embedding": own.embedding, "angles": own.rope_angles,
     "attention": own.attention, "argmax": own.argmax,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""

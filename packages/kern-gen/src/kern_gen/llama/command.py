@@ -12,6 +12,8 @@ import typer
 from kern_manifest import KernError, fail
 
 from . import repo
+from .errors import WiringError
+from .gemm import GEMM_IMPLS
 from .pipeline import generate, write
 
 PRESETS = {
@@ -40,9 +42,18 @@ def _make(preset: str):
                                                           "captured cache length)")] = None,
         label: Annotated[str, typer.Option(help="meta.model")] = label0,
         nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
+        gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
+                                          "(decode, verify): cublaslt (the runtime's cuBLASLt "
+                                          "extern) or gemv (kern's own GEMV kernel, "
+                                          "kernels/gemv.cu); prefill and batch always use "
+                                          "cuBLASLt; the programs are the same either way")]
+            = "cublaslt",
     ) -> None:
         shown = out
         try:
+            if gemm not in GEMM_IMPLS:
+                raise WiringError(f"--gemm `{gemm}`: choose one of "
+                                  f"{', '.join(sorted(GEMM_IMPLS))}")
             capture, config, out = _paths(preset, capture, config, out)
             if shown == Path(out0):
                 shown = _below_cwd(out)
@@ -50,7 +61,7 @@ def _make(preset: str):
                 if given is not None:
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
-                         label=label, command=f"uv run --frozen kern-gen {preset}", nvcc=nvcc)
+                         label=label, command=_command(preset, gemm), nvcc=nvcc, gemm=gemm)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
         write(r, out)
@@ -60,6 +71,12 @@ def _make(preset: str):
     cmd.__doc__ = (f"Generate the {preset} manifest, kernels directory and export plan from a "
                    f"capture (asserting every mined fact first).")
     return cmd
+
+
+def _command(preset: str, gemm: str) -> str:
+    """The command the README says regenerates the example (``--gemm`` when not default)."""
+    extra = f" --gemm {gemm}" if gemm != "cublaslt" else ""
+    return f"uv run --frozen kern-gen {preset}{extra}"
 
 
 def _paths(preset: str, capture: Path, config: Path, out: Path) -> tuple[Path, Path, Path]:

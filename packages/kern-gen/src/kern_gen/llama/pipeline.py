@@ -24,6 +24,7 @@ from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
+from .gemm import check_impl
 from .kv import LAYOUT, KVLayout
 from .programs import build
 from .readme import readme
@@ -105,7 +106,9 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
-             own_cubins: dict[str, bytes] | None = None) -> Result:
+             own_cubins: dict[str, bytes] | None = None, gemm: str = "cublaslt") -> Result:
+    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`)."""
+    check_impl(gemm)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -136,7 +139,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     programs = build(Inputs(facts, cfg, arch, kv, dg, pg))
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
-                    merged=M.merged_weights(cfg))
+                    merged=M.merged_weights(cfg), gemm_impl=gemm)
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)

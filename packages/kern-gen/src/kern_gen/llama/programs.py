@@ -64,6 +64,12 @@ PROGRAMS: dict[str, Callable[[Inputs], Program]] = {
     "prefill": prefill, "decode": decode, "verify": verify, "batch": batch}
 """Program name -> the function that wires it, as captured (unmerged); manifest order."""
 
+FEW_ROWS = frozenset({"decode", "verify"})
+"""The programs whose row count is small by construction: ``decode`` (1 row) and ``verify``
+(``tokens`` = k + 1 rows, k <= 15 by the caller contract, usually a few), where a GEMM streams
+its weights; their GEMMs get the implementation chosen with ``--gemm`` (:mod:`.gemm`), while
+``prefill`` and ``batch`` (up to ``tokens.max`` rows) keep cuBLASLt."""
+
 
 def build(g: Inputs) -> list[Program]:
     """Every program: wired as captured (every assertion runs on the captured GEMMs), then

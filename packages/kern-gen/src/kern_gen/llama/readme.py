@@ -48,8 +48,24 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       f"as the capture stored them: the caller picks the capacity at load. **Position "
       f"limit: {kv.max_len}** (`max_position_embeddings`, the captured cache length and the "
       f"writers' compiled bound `0 <= slot < {kv.max_len}`; declared as the domain of "
-      f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).\n")
+      f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).")
+    w(_gemm_line(asm.gemm_impl) + "\n")
     return L
+
+
+def _gemm_line(impl: str) -> str:
+    per_shape = ("the few-row programs' GEMMs (decode, verify: one kernel per shape, "
+                 "`decode.gemm.<n>x<k>` / `verify.gemm.<n>x<k>`)")
+    wide = "those of prefill and batch (kernel `gemm`)"
+    if impl == "gemv":
+        return (f"- **GEMM implementation** `--gemm gemv`: {per_shape} through kern's own "
+                f"`kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per shape), "
+                f"{wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` gives "
+                f"the same programs and kernel interfaces, only those kernels' impls differ.")
+    return (f"- **GEMM implementation** `--gemm {impl}` (the default): every GEMM through "
+            f"cuBLASLt `extern:cublaslt_bf16_tn`: {per_shape} and {wide}. `--gemm gemv` gives "
+            f"the same programs and kernel interfaces, only the per-shape kernels' impls "
+            f"differ (kern's own GEMV).")
 
 
 def _kernels(asm) -> list[str]:
@@ -72,7 +88,8 @@ def _decisions(arch: Arch) -> list[str]:
     L: list[str] = []
     w = L.append
     w("## Wiring decisions\n")
-    w("- **GEMMs** → `extern:cublaslt_bf16_tn`: the captured nvjet GEMMs pass a packed "
+    w("- **GEMMs** → the interface of `extern:cublaslt_bf16_tn` (impl: GEMM implementation, "
+      "above): the captured nvjet GEMMs pass a packed "
       "parameter struct; A, W and C are the pointers at struct bytes 240, 176 and 328, and W "
       "is asserted to be the sidecar weight the wiring names (q, k, v, o, gate, up, down per "
       "layer, then the tied `lm_head` = `model.embed_tokens.weight`).")

@@ -1,0 +1,162 @@
+// kern own kernels: bf16 GEMV for few rows (m <= 8 per block), an alternative implementation
+// of the manifest GEMM kernel `C[m, n] = A[m, k] . W[n, k]^T` (the `extern:cublaslt_bf16_tn`
+// interface).  See ABI.md section 4.
+//
+// Why an own kernel (the exception to mining): at m = 1 (decode) and m = k + 1 (speculative
+// verify) a GEMM is a stream over the weights, and cuBLASLt leaves HBM bandwidth on the table
+// there (an H200 probe: Qwen3-4B qkv n 6144 k 2560 at m = 1, 11.33 us through cuBLAS vs 8.40 us
+// for a PDL GEMV), plus it cannot start its weight loads before the previous kernel ends.
+//
+// Contract, kern_gemv_bf16(a, w, c, m, n, k):
+//   a bf16 [m, k] row-major, w bf16 [n, k] row-major (one row per output column), c bf16
+//   [m, n] row-major; f32 accumulation, c rounded to nearest even.  k % 8 == 0; a and w
+//   16-byte aligned (rows are k elements, so every row is too); c 2-byte aligned.
+//   grid (ceil(n / 16), ceil(m / 8), 1), block (32 * NW, 1, 1) with 1 <= NW <= 16 warps
+//   (another block shape, k % 8 != 0 or a misaligned a / w traps); no dynamic shared memory.
+//   Any m >= 1 is correct (grid.y blocks of 8 rows each re-read W).
+//   Nothing outside a[0 .. m*k), w[0 .. n*k) is read, nothing outside c[0 .. m*n) written.
+//
+// Shapes it is meant for (decode / verify GEMMs): Qwen3-4B qkv n 6144 k 2560, o 2560 x 4096,
+// gate_up 19456 x 2560, down 2560 x 9728, lm_head 151936 x 2560; SmolLM2-135M qkv 960 x 576,
+// o 576 x 576, gate_up 3072 x 576, down 576 x 1536, lm_head 49152 x 576 (and the unmerged
+// q / k / v / gate / up rows of the verify program).
+//
+// Design.  Block (x, y) owns the 16 output columns n0 = 16x .. n0 + 15 (W rows) and the 8 rows
+// m0 = 8y .. m0 + 7 of A; its NW warps split k in steps of 32 elements (warp w takes steps
+// w, w + NW, w + 2 NW, ...).  A step is one 16 x 32 W tile times a 32 x 8 tile of A^T: two
+// mma.sync.m16n8k16 (bf16 in, f32 accumulate), W as the 16-row operand, A as the 8-column
+// one (rows of A beyond m are zeros).  Lane (g = lane / 4, t = lane % 4) loads 16 bytes
+// (8 consecutive k) of W rows n0 + g and n0 + g + 8 and of A row m0 + g, all at k offset
+// 32 s + 8 t: since k is summed over, any assignment of real k indices to the mma's k slots
+// is correct as long as W and A agree, so the 16-byte vectors feed the fragments directly
+// (no shared memory, no shuffles, no conversion).  W loads are ld.global.nc.L1::no_allocate
+// (never written by any program); a batch of kUnroll = 4 steps is in flight per warp: 8 W + 4
+// A 16-byte loads per thread, 4 KB of W per warp.  Two accumulator sets (the two mmas of a
+// step) halve the mma dependency chain.  The warps' partial tiles are summed through shared
+// memory in warp order: deterministic, no atomics, the same bits on every launch with the
+// same block size (each C element is its own dot product: a row's result does not depend on
+// m or on the other rows).
+//
+// Programmatic dependent launch: the first batch of W is requested before
+// `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
+// still runs is safe); A is read and C written only after it; `launch_dependents` follows
+// the main loop.  Both are no-ops without PDL.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int kCols = 16;       // output columns (W rows) per block: the mma's M
+constexpr int kRows = 8;        // rows of A per block: the mma's N
+constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
+constexpr int kUnroll = 4;      // steps per batch in flight
+constexpr int kMaxWarps = 16;
+
+// 16 bytes of W (read-only for every program), zeros when !ok.
+__device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
+    uint4 r;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @q ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
+    return r;
+}
+
+// 16 bytes of A (written by the previous kernel: a coherent load, issued only after
+// griddepcontrol.wait; volatile keeps it there), zeros when !ok.
+__device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
+    uint4 r;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @q ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok) : "memory");
+    return r;
+}
+
+// d += W(16 x 16) . A^T(16 x 8); fragments as in the PTX ISA for m16n8k16 .bf16.
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+               __nv_bfloat16* c, int m, int n, int k) {
+    __shared__ float red[kMaxWarps][kRows][kCols];
+
+    const int nw = blockDim.x >> 5;
+    if ((blockDim.x & 31) != 0 || nw > kMaxWarps || blockDim.y != 1 || blockDim.z != 1 ||
+        (k & 7) != 0 || ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(w)) & 15)) {
+        __trap();
+    }
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int steps = (k + kStep - 1) / kStep;
+    const bool lo_ok = n0 + g < n, hi_ok = n0 + g + 8 < n, a_ok = m0 + g < m;
+    // clamp the rows of absent operands to row 0: their (unissued) addresses stay in range
+    const __nv_bfloat16* wlo = w + (size_t)(lo_ok ? n0 + g : 0) * k + 8 * t;
+    const __nv_bfloat16* whi = w + (size_t)(hi_ok ? n0 + g + 8 : 0) * k + 8 * t;
+    const __nv_bfloat16* ap = a + (size_t)(a_ok ? m0 + g : 0) * k + 8 * t;
+
+    uint4 wl[kUnroll], wh[kUnroll], av[kUnroll];
+    float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
+
+    int s0 = warp;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {           // the first W batch, before the wait
+        const int off = (s0 + u * nw) * kStep;
+        const bool ok = off + 8 * t < k;
+        wl[u] = ld_w(wlo + off, ok && lo_ok);
+        wh[u] = ld_w(whi + off, ok && hi_ok);
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int off = (s0 + u * nw) * kStep;
+        av[u] = ld_a(ap + off, off + 8 * t < k && a_ok);
+    }
+    for (;;) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            mma(acc0, wl[u].x, wh[u].x, wl[u].y, wh[u].y, av[u].x, av[u].y);
+            mma(acc1, wl[u].z, wh[u].z, wl[u].w, wh[u].w, av[u].z, av[u].w);
+        }
+        s0 += kUnroll * nw;
+        if (s0 >= steps) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int off = (s0 + u * nw) * kStep;
+            const bool ok = off + 8 * t < k;
+            wl[u] = ld_w(wlo + off, ok && lo_ok);
+            wh[u] = ld_w(whi + off, ok && hi_ok);
+            av[u] = ld_a(ap + off, ok && a_ok);
+        }
+    }
+    asm volatile("griddepcontrol.launch_dependents;");
+
+    // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
+    red[warp][2 * t][g] = acc0[0] + acc1[0];
+    red[warp][2 * t + 1][g] = acc0[1] + acc1[1];
+    red[warp][2 * t][g + 8] = acc0[2] + acc1[2];
+    red[warp][2 * t + 1][g + 8] = acc0[3] + acc1[3];
+    __syncthreads();
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        float s = red[0][mi][col];
+        for (int v = 1; v < nw; ++v) s += red[v][mi][col];   // fixed order: deterministic
+        if (m0 + mi < m && n0 + col < n) {
+            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(s);
+        }
+    }
+}

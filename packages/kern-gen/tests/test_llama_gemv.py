@@ -1,0 +1,178 @@
+"""``--gemm cublaslt|gemv`` (issue 16 item 2): the two implementations of the few-row
+programs' GEMMs give manifests whose programs are byte-identical and whose kernels differ
+only in the impls of the ``decode.gemm.<n>x<k>`` / ``verify.gemm.<n>x<k>`` kernels; both
+verify clean; the GEMV steps follow kernels/ABI.md 4; a bad ``--gemm`` is refused in one
+line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import kern_manifest
+import pytest
+from kern_mine import encode_json, mine
+from typer.testing import CliRunner
+
+from kern_gen.cli import app
+from kern_gen.llama import WiringError, generate
+from kern_gen.llama.command import PRESETS
+from kern_gen.llama.gemm import GEMV_COLS, PARAMS, gemv_warps
+from kern_gen.llama.ir import TOK
+from kern_gen.llama.pipeline import _build_own
+
+ROOT = Path(__file__).resolve().parents[3]
+ABI = ROOT / "packages" / "kern-gen" / "kernels" / "ABI.md"
+NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc",
+                                                 "/usr/local/cuda/bin/nvcc")
+                                     if Path(p).exists()), None)
+OWN = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
+       "rope_angles.cubin")
+FEW_ROW_GEMM = re.compile(r"^(decode|verify)\.gemm\.(\d+)x(\d+)$")
+
+
+@pytest.fixture(scope="module")
+def gemv_cubin() -> bytes:
+    """The built gemv.cubin (nvcc), else stand-in bytes: the manifest only pins its sha256."""
+    if NVCC is None:
+        return b"gemv.cubin stand-in (no nvcc)"
+    return _build_own(NVCC)["gemv.cubin"]
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory, gemv_cubin) -> dict[str, dict]:
+    """Per preset: {"cublaslt": Result, "gemv": Result} (mined once per preset)."""
+    out = {}
+    for name in PRESETS:
+        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
+        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
+        mined.write_bytes(encode_json(mine(cap)))
+        own = {n: (ex / "kernels" / n).read_bytes() for n in OWN}
+        own["gemv.cubin"] = gemv_cubin
+        out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
+                                 command=f"uv run --frozen kern-gen {name} --gemm {g}")
+                     for g in ("cublaslt", "gemv")}
+    return out
+
+
+def _doc(result) -> dict:
+    return json.loads(result.manifest)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("gemm", ["cublaslt", "gemv"])
+def test_both_variants_verify_clean(variants, name, gemm):
+    text = variants[name][gemm].manifest.decode()
+    diags = kern_manifest.verify(kern_manifest.decode(text))
+    assert not diags, kern_manifest.render_human(diags, text)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_programs_identical_only_few_row_gemm_impls_differ(variants, name):
+    a, b = _doc(variants[name]["cublaslt"]), _doc(variants[name]["gemv"])
+    assert json.dumps(a["programs"]) == json.dumps(b["programs"])
+    for key in ("meta", "symbols", "states", "buffers"):
+        assert a[key] == b[key], key
+    assert list(a["kernels"]) == list(b["kernels"])
+    differ = set()
+    for k, ka in a["kernels"].items():
+        kb = b["kernels"][k]
+        assert ka["params"] == kb["params"], k
+        if ka != kb:
+            differ.add(k)
+            assert FEW_ROW_GEMM.match(k), f"{k}: only few-row GEMM kernels may differ"
+    few = {k for k in a["kernels"] if FEW_ROW_GEMM.match(k)}
+    assert differ == few and len(few) >= 10
+    # the wide programs keep the one cuBLASLt kernel in both variants
+    for prog in ("prefill", "batch"):
+        ks = {d["kernel"] for d in a["programs"][prog]["dispatches"] if "gemm" in d["kernel"]}
+        assert ks == {"gemm"}, prog
+    assert a["kernels"]["gemm"] == b["kernels"]["gemm"]
+    # every few-row GEMM dispatch passes the n and k its kernel is named after
+    for prog in ("decode", "verify"):
+        for d in a["programs"][prog]["dispatches"]:
+            m = FEW_ROW_GEMM.match(d["kernel"])
+            if m:
+                assert m.group(1) == prog
+                assert d["args"][4:] == [{"i32": int(m.group(2))}, {"i32": int(m.group(3))}]
+                assert d["args"][3] == ({"i32": 1} if prog == "decode" else TOK)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_gemv_steps_follow_the_abi(variants, name, gemv_cubin):
+    a, b = _doc(variants[name]["cublaslt"]), _doc(variants[name]["gemv"])
+    sha = hashlib.sha256(gemv_cubin).hexdigest()
+    for k, kern in b["kernels"].items():
+        m = FEW_ROW_GEMM.match(k)
+        if not m:
+            continue
+        n, kk = int(m.group(2)), int(m.group(3))
+        (sc,) = a["kernels"][k]["impl"]["steps"]
+        assert sc["symbol"] == "extern:cublaslt_bf16_tn" and "cubin" not in sc
+        (st,) = kern["impl"]["steps"]
+        gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
+        assert st == {"symbol": "kern_gemv_bf16", "cubin": "gemv.cubin", "sha256": sha,
+                      "params": PARAMS, "block": [32 * gemv_warps(n, kk), 1, 1],
+                      "grid": [-(-n // GEMV_COLS), gy, 1],
+                      "args": [{"arg": i} for i in range(6)]}, k
+        assert kern["params"] == PARAMS and kk % 8 == 0
+    ra, rb = variants[name]["cublaslt"], variants[name]["gemv"]
+    assert rb.cubins == {**ra.cubins, "gemv.cubin": gemv_cubin}
+    assert "gemv.cubin" not in ra.cubins
+    assert "`--gemm gemv`: the few-row programs' GEMMs" in rb.readme.decode()
+    assert "`--gemm cublaslt` (the default)" in ra.readme.decode()
+
+
+def test_abi_example_gemv_step_is_the_generators():
+    """ABI.md 5's o_proj GEMV (n 2560, k 4096, `tokens` rows) is what the generator emits."""
+    doc = json.loads(re.findall(r"```json\n(.*?)```", ABI.read_text(), re.S)[0])
+    (st,) = doc["kernels"]["gemv"]["impl"]["steps"]
+    (disp,) = [d for d in doc["programs"]["decode"]["dispatches"] if d["kernel"] == "gemv"]
+    n, k = disp["args"][4]["i32"], disp["args"][5]["i32"]
+    assert (n, k) == (2560, 4096) and disp["args"][3] == TOK
+    assert doc["kernels"]["gemv"]["params"] == st["params"] == PARAMS
+    assert st["block"] == [32 * gemv_warps(n, k), 1, 1] == [512, 1, 1]
+    assert st["grid"] == [n // GEMV_COLS, {"ceil_div": [TOK, 8]}, 1]
+    assert st["args"] == [{"arg": i} for i in range(6)]
+
+
+@pytest.mark.parametrize("preset", ["llama", "qwen3"])
+def test_bad_gemm_choice_is_one_line(tmp_path, preset):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, [preset, "--gemm", "cutlass", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines() == [
+        f"kern-gen {preset}: refused: --gemm `cutlass`: choose one of cublaslt, gemv"]
+    assert not out.exists()
+
+
+def test_generate_refuses_an_unknown_impl():
+    with pytest.raises(WiringError, match="GEMM implementation `x`: the generator has "
+                                          "cublaslt, gemv"):
+        generate(ROOT / "no-capture", None, gemm="x")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CLI builds the own kernels")
+def test_cli_gemv_writes_the_variant(tmp_path, variants):
+    res = CliRunner().invoke(app, ["llama", "--gemm", "gemv", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "manifest.json").read_bytes() == variants["llama"]["gemv"].manifest
+    assert (tmp_path / "kernels" / "gemv.cubin").exists()
+    assert "uv run --frozen kern-gen llama --gemm gemv\n" in (tmp_path / "README.md").read_text()
+
+
+def test_gpu_harness_uses_the_generators_block_rule():
+    """kernels/tests/_own_kernels_gpu.py (run on the device without kern-gen) repeats
+    gemv_warps: the two must agree."""
+    import importlib.util
+    path = ROOT / "packages" / "kern-gen" / "kernels" / "tests" / "_own_kernels_gpu.py"
+    spec = importlib.util.spec_from_file_location("own_kernels_gpu_copy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (mod.GEMV_COLS, mod.GEMV_ROWS) == (GEMV_COLS, 8)
+    for n in (1, 16, 17, 192, 576, 960, 1024, 2560, 4096, 6144, 9728, 19456, 49152, 151936):
+        for k in (8, 40, 96, 576, 1536, 2560, 4096, 9728):
+            assert mod.gemv_warps(n, k) == gemv_warps(n, k), (n, k)
