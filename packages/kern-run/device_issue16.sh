@@ -17,11 +17,14 @@ sha256sum "$G"   # b179c952…db53
 export PYTHONPATH="/tmp/site:$(ls -d packages/*/src | tr '\n' ':')" KERN_CACHE=/tmp/kern-cache PYTHONUNBUFFERED=1
 KR="python3 -m kern_run.cli"
 rc=0
+timeout 120 $KR --prompt "The capital of France is" --steps 16 --summary 2>&1 | tail -30 > "$OUT/summary.log"
+W=$(ls -t "$KERN_CACHE"/smollm2-135m/weights-*.safetensors | head -1)
 for m in examples/smollm2-135m .levers/smollm2-gemv; do
+  o=(--manifest "$m/manifest.json" --weights "$W" --tokenizer "$G" --steps 32)
   for p in "The capital of France is" "def fibonacci(n):" "Water boils at" "List three colors:"; do
-    echo "== $m: $p"; timeout 60 $KR --manifest "$m/manifest.json" --prompt "$p" --steps 32 2>&1 | tail -2
+    echo "== $m: $p"; timeout 60 $KR "${o[@]}" --prompt "$p" 2>&1 | tail -2
   done
-  timeout 60 $KR --manifest "$m/manifest.json" --chat --prompt "What is the capital of France?" --steps 32 2>&1 | tail -2
+  echo "== $m: chat"; timeout 60 $KR "${o[@]}" --chat --prompt "What is the capital of France?" 2>&1 | tail -2
 done 2>&1 | tee "$OUT/text.log"
 timeout 200 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs 2>&1 | tail -6 | tee "$OUT/kern_run_gpu.log"
 L="--lever smollm2:v0=.levers/smollm2-v0 --lever smollm2:gemv=.levers/smollm2-gemv"
