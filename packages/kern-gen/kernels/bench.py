@@ -13,8 +13,8 @@ table (key j at slot j: the layout torch's contiguous K/V has too); the ``paged`
 each sequence on pages in a random order of the pool, against consecutive pages, at the
 generator's split counts, for one and for many sequences per launch.  The ``1 launch`` /
 ``2 launches`` rows time the one-launch decode (attn_decode.cu) against the former partial +
-reduce pair (the test-only tests/attn_decode_two_step.cu, built here with build.py's flags),
-on the same data, in the same run.
+reduce pair (attn_decode_split.cu, the generator's default), on the same data, in the same
+run.
 
 The GEMV rows (``--only gemv`` runs only them) time the own GEMV on the examples' decode GEMM
 shapes at m = 1 and 8 against torch's bf16 ``linear`` (cuBLAS), weights rotated over > 2 x
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
     if args.only in ("all", "attn"):
         # one launch vs the former two (issue 16), the generator's split counts
-        k2 = _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
+        k2 = k
         for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
             for ctx in (128, 512, 1024, 4096, 32768):
                 bench_decode_launches(k, k2, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)

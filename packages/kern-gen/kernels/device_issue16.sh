@@ -16,7 +16,7 @@ grep -E "^# |Used|spill" "$OUT/ptxas.txt" | grep -B1 -E "gemv|attn_decode|Used" 
 timeout 240 python3 -m pytest -m gpu "$K/tests" -q -p no:cacheprovider -rfEs 2>&1 | tail -25 | tee "$OUT/kernels.log"
 rc=${PIPESTATUS[0]}
 [ -f "$KERN_KERNELS_REPORT" ] && sort "$KERN_KERNELS_REPORT" | grep -i gemv | tail -40 > "$OUT/gemv_errors.txt"
-timeout 90 python3 -m pytest -m gpu packages/kern-runtime -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" 2>&1 | tail -4 | tee "$OUT/runtime_gpu.log"
+PYTHONPATH="$PYTHONPATH:$(ls -d packages/*/src | tr '\n' ':')" timeout 90 python3 -m pytest -m gpu packages/kern-runtime -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" 2>&1 | tail -4 | tee "$OUT/runtime_gpu.log"
 timeout 120 python3 "$K/bench.py" --only gemv 2>&1 | tee "$OUT/bench_gemv.txt" | sed -n '/== summary/,$p'
 timeout 120 python3 "$K/bench.py" --only attn 2>&1 | tee "$OUT/bench_attn.txt" | sed -n '/== decode: one launch/,$p'
 echo "kernels pytest exit: $rc"

@@ -29,9 +29,10 @@ def _preset(name: str) -> tuple[Path, Path, Path, str]:
 
 
 def _own_committed(out: Path) -> dict[str, bytes]:
-    names = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
-             "rope_angles.cubin")
-    return {n: (out / "kernels" / n).read_bytes() for n in names}
+    names = ("argmax.cubin", "attn_decode.cubin", "attn_decode_split.cubin",
+             "attn_prefill.cubin", "embedding.cubin", "gemv.cubin", "rope_angles.cubin")
+    return {n: (out / "kernels" / n).read_bytes() for n in names
+            if (out / "kernels" / n).exists()}
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,10 @@ GEMV_COLS, GEMV_ROWS = 16, 8   # output columns / rows of A per GEMV block (ABI.
 
 def gemv_warps(n: int, k: int) -> int:
     """kern-gen's warps per GEMV block (``kern_gen.llama.gemm.gemv_warps``; a CPU test checks
-    that the two agree): the largest power of two <= min(16, ceil(k/32), 3168 // blocks)."""
-    cap = min(16, -(-k // 32), (132 * 24) // -(-n // GEMV_COLS))
+    that the two agree): the largest power of two <= min(16, ceil(k/32), the grid cap: 16 up
+    to 256 blocks of 16 columns, 8 up to 2048, else 4)."""
+    blocks = -(-n // GEMV_COLS)
+    cap = min(16, -(-k // 32), 16 if blocks <= 256 else 8 if blocks <= 2048 else 4)
     nw = 1
     while nw * 2 <= cap:
         nw *= 2
@@ -132,12 +134,12 @@ class Kernels:
 
     def attn_decode_two_step(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc,
                              out, n_q, n_kv, splits, scale, tokens, s_min=None):
-        """The former two launches (partial + reduce) from the test-only reference source
-        ``tests/attn_decode_two_step.cu``: ``self`` must load ``reference_cubin_dir()``."""
+        """The two launches (partial + reduce) of ``attn_decode_split.cu`` (ABI.md 3a, the
+        generator's default decode attention)."""
         s_min = splits if s_min is None else s_min
         d = k.shape[-1]
         assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
-        cubin = "attn_decode_two_step.cubin"
+        cubin = "attn_decode_split.cubin"
         f1 = self.fn(cubin, f"kern_attn_decode_partial_bf16_d{d}")
         f2 = self.fn(cubin, f"kern_attn_decode_reduce_bf16_d{d}")
         f1((n_kv, splits, tokens), (128, 1, 1),

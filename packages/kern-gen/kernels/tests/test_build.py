@@ -150,8 +150,8 @@ def test_paged_attention_symbols_have_the_generator_layout(built, stem, d):
     assert Cubin.read(out / cubin).param_layout(f"{stem}_d{d}") == layout(params)
 
 
-# The test-only reference (the former two-launch decode, tests/attn_decode_two_step.cu) that
-# the GPU tests compare the one-launch kernel with, bit for bit, and bench.py times against it.
+# The two-launch decode (attn_decode_split.cu, the generator's default decode attention) that
+# the GPU tests also compare the one-launch kernel with, bit for bit.
 TWO_STEP_PARAMS = {
     "kern_attn_decode_partial_bf16": [
         "in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
@@ -164,9 +164,8 @@ TWO_STEP_PARAMS = {
 
 
 @needs_nvcc
-def test_two_step_reference_builds_with_its_layouts(tmp_path):
-    cub = Cubin.read(build.build_one(NVCC, KERNELS / "tests" / "attn_decode_two_step.cu",
-                                     tmp_path))
+def test_two_launch_decode_builds_with_its_layouts(tmp_path):
+    cub = Cubin.read(build.build_one(NVCC, KERNELS / "attn_decode_split.cu", tmp_path))
     assert cub.global_functions() == {f"{stem}_d{d}" for stem in TWO_STEP_PARAMS
                                       for d in (64, 128)}
     for stem, params in TWO_STEP_PARAMS.items():

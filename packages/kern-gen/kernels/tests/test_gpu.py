@@ -1,7 +1,7 @@
 """GPU tests of kern's own kernels: load the cubins with cupy, launch them with the flat ABI
 of ABI.md on random inputs (outputs and scratch poisoned with NaN first, unused cache slots
 and padding NaN too), compare with torch in float32.  The one-launch decode attention is also
-checked bit for bit against the former two launches (the test-only ``attn_decode_two_step.cu``)
+checked bit for bit against the two-launch pair (``attn_decode_split.cu``, the default)
 and for its arrival counters, which every launch must leave at zero.
 
 Every test is marked ``gpu`` and skips cleanly without torch, cupy, a GPU or nvcc.  Errors
@@ -52,7 +52,7 @@ def two_step(env):
     torch, _own_kernels_gpu, _ = env
     if _own_kernels_gpu._build_module().find_nvcc() is None:
         pytest.skip("nvcc not found: the reference kernels cannot be built")
-    return _own_kernels_gpu.Kernels(_own_kernels_gpu.reference_cubin_dir())
+    return _own_kernels_gpu.Kernels(_own_kernels_gpu.cubin_dir())
 
 
 def _compare(torch, name, got, ref):
@@ -197,7 +197,7 @@ def _decode(torch, k, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, sc
 
 def _decode_two_step(torch, k2, q, q_stride, kc, vc, kv_lens, table, n_q, n_kv, splits, scale,
                      s_min=None):
-    """The former two launches (reference kernels ``k2``), NaN-initialised scratch and out."""
+    """The two-launch pair (``attn_decode_split.cubin``), NaN-initialised scratch and out."""
     tokens, d = q.shape[0], kc.shape[-1]
     part_ml, part_acc, _ = _scratch(torch, tokens, n_q, n_kv, splits, d)
     out = torch.full((tokens, n_q, d), float("nan"), dtype=torch.bfloat16, device="cuda")

@@ -69,12 +69,13 @@ def step(symbol: str, params: list[str], block: list, grid: list, args: list, *,
 class Assembler:
     def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own: dict[str, bytes],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
-                 gemm_impl: str = "cublaslt") -> None:
+                 gemm_impl: str = "cublaslt", attention: str = "split") -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
         self.merged = merged or {}      # merged weight -> [(part, first row)]
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
+        self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
         self.buffers: dict[str, dict[str, Any]] = {}

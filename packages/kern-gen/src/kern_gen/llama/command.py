@@ -13,7 +13,8 @@ from kern_manifest import KernError, fail
 
 from . import repo
 from .errors import WiringError
-from .gemm import GEMM_IMPLS
+from .gemm import DEFAULT_GEMM, GEMM_IMPLS
+from .own import DECODE_ATTENTION, DEFAULT_ATTENTION
 from .pipeline import generate, write
 
 PRESETS = {
@@ -47,13 +48,21 @@ def _make(preset: str):
                                           "extern) or gemv (kern's own GEMV kernel, "
                                           "kernels/gemv.cu); prefill and batch always use "
                                           "cuBLASLt; the programs are the same either way")]
-            = "cublaslt",
+            = DEFAULT_GEMM,
+        attention: Annotated[str, typer.Option(help="decode/verify/batch attention: split "
+                                               "(two launches: split partials, then their "
+                                               "merge) or one-launch (the last split block "
+                                               "merges); prefill always uses the flash "
+                                               "kernel")] = DEFAULT_ATTENTION,
     ) -> None:
         shown = out
         try:
             if gemm not in GEMM_IMPLS:
                 raise WiringError(f"--gemm `{gemm}`: choose one of "
                                   f"{', '.join(sorted(GEMM_IMPLS))}")
+            if attention not in DECODE_ATTENTION:
+                raise WiringError(f"--attention `{attention}`: choose one of "
+                                  f"{', '.join(DECODE_ATTENTION)}")
             capture, config, out = _paths(preset, capture, config, out)
             if shown == Path(out0):
                 shown = _below_cwd(out)
@@ -61,7 +70,8 @@ def _make(preset: str):
                 if given is not None:
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
-                         label=label, command=_command(preset, gemm), nvcc=nvcc, gemm=gemm)
+                         label=label, command=_command(preset, gemm, attention), nvcc=nvcc,
+                         gemm=gemm, attention=attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
         write(r, out)
@@ -73,9 +83,10 @@ def _make(preset: str):
     return cmd
 
 
-def _command(preset: str, gemm: str) -> str:
-    """The command the README says regenerates the example (``--gemm`` when not default)."""
-    extra = f" --gemm {gemm}" if gemm != "cublaslt" else ""
+def _command(preset: str, gemm: str, attention: str = "split") -> str:
+    """The command the README says regenerates the example (options that are not default)."""
+    extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
+    extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
     return f"uv run --frozen kern-gen {preset}{extra}"
 
 

@@ -33,18 +33,27 @@ GEMV_COLS = 16
 GEMV_ROWS = 8
 """Rows of A per block (grid.y = ceil(m / 8))."""
 GEMV_MAX_WARPS = 16
-GEMV_TARGET_WARPS = 132 * 24
-"""Warps the rule aims the whole grid at: about 24 per SM of the H200's 132 (the kernel uses
-56 registers: up to 36 warps per SM fit), each with 4 KB of W in flight."""
+GEMV_WARP_CAPS = ((256, 16), (2048, 8), (None, 4))
+"""(most blocks, most warps per block): a grid of ``ceil(n / 16)`` blocks gets at most that
+many warps each.  Measured on the H200 (kernels bench, 2026-12-02, µs at m = 1, NW = 1/2/4/8/16):
+Qwen3-4B qkv 6144x2560 (384 blocks) 46.8/25.8/14.8/10.9/12.5; gate_up 19456x2560 (1216)
+57.0/33.3/32.8/29.3/30.5; lm_head 151936x2560 (9496) 354/195/189/189/205; o 2560x4096 (160)
+and down 2560x9728 (160) best at 16; SmolLM2 lm_head 49152x576 (3072) 25.6/18.3/17.6/20.1/26.5,
+its other shapes (36-192 blocks) best at 16 or 8 within 1 %."""
+DEFAULT_GEMM = "gemv"
+"""``kern-gen --gemm`` default: the own GEMV beat cuBLASLt end to end on SmolLM2 (decode 0.86
+vs 1.08 ms/token with PDL, same run) and is within 2 % of it or faster on every Qwen3-4B decode
+shape with these warp counts (docs/measurements.md, issue 16)."""
 
 
 def gemv_warps(n: int, k: int) -> int:
     """Warps per block of the GEMV for an ``n x k`` weight: the largest power of two at most
-    16, at most the k steps of 32 (no idle warp) and at most :data:`GEMV_TARGET_WARPS` over
-    the ``ceil(n / 16)`` blocks (at least 1).  Qwen3-4B: qkv 8, o 16, gate_up 2, down 16,
-    lm_head 1; SmolLM2-135M: 16 but lm_head 1."""
+    16, at most the k steps of 32 (no idle warp) and at most the cap of
+    :data:`GEMV_WARP_CAPS` for the grid's ``ceil(n / 16)`` blocks.  Qwen3-4B: qkv 8, o 16,
+    gate_up 8, down 16, lm_head 4; SmolLM2-135M: 16 but lm_head 4."""
     blocks = -(-n // GEMV_COLS)
-    cap = min(GEMV_MAX_WARPS, -(-k // 32), GEMV_TARGET_WARPS // blocks)
+    grid_cap = next(c for most, c in GEMV_WARP_CAPS if most is None or blocks <= most)
+    cap = min(GEMV_MAX_WARPS, -(-k // 32), grid_cap)
     nw = 1
     while nw * 2 <= cap:
         nw *= 2

@@ -72,13 +72,53 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
         return {"label": op.label, "kernel": _flash(asm, strides),
                 "args": [*qkv, asm.arg(POS0), asm.arg(BLOCK_TABLE), asm.arg(a["out"]),
                          {"sym": "tokens"}]}
-    return {"label": op.label, "kernel": _split_kv(asm, program, rows, strides),
+    decode = DECODE_ATTENTION.get(asm.attention)
+    if decode is None:
+        raise WiringError(f"--attention `{asm.attention}`: choose one of "
+                          f"{', '.join(DECODE_ATTENTION)}")
+    return {"label": op.label, "kernel": decode(asm, program, rows, strides),
             "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"])]}
 
 
+def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+    """Two launches (kernels/ABI.md 3a, ``attn_decode_split.cubin``): split partials into
+    scratch, then one block per (query head, row) merges them.  The default: on the H200 it
+    is 4-7 µs per layer faster than the one-launch kernel (docs/measurements.md, issue 16)."""
+    cfg = asm.cfg
+    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
+    s_min = decode_splits(KVH)
+    S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
+    r = "tokens" if rows == TOK else rows
+    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+             "out buffer<bf16>"]
+    cubin = "attn_decode_split.cubin"
+    body = {"params": iface, "impl": {
+        "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
+                    "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
+        "steps": [
+            asm.own_step(cubin, f"kern_attn_decode_partial_bf16_d{D}",
+                         params=[*iface[:5], "out buffer<f32>", "out buffer<f32>", "i32",
+                                 "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"],
+                         block=[128, 1, 1], grid=[KVH, S, rows],
+                         args=[*({"arg": i} for i in range(5)), {"scratch": "part_ml"},
+                               {"scratch": "part_acc"}, {"i32": cfg.q_width}, *strides,
+                               {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
+                               {"i32": s_min}, {"i32": asm.kv.table_pages}]),
+            asm.own_step(cubin, f"kern_attn_decode_reduce_bf16_d{D}",
+                         params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
+                                 "out buffer<bf16>", "i32", "i32", "i32"],
+                         block=[D, 1, 1], grid=[H, rows, 1],
+                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
+                               {"arg": 5}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
+    return asm.kernel(f"{program}.attention", body,
+                      f"own split-KV decode attention, two launches ({s_min} to {S} splits by "
+                      "context)")
+
+
 def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
-    """One launch (kernels/ABI.md 3a): split blocks write partials, the last to arrive for
-    its (row, kv head) merges them in split order and writes ``out``."""
+    """One launch (kernels/ABI.md 3a, ``--attention one-launch``): split blocks write
+    partials, the last to arrive for its (row, kv head) merges them in split order and
+    writes ``out``."""
     cfg = asm.cfg
     D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
     s_min = decode_splits(KVH)
@@ -107,6 +147,11 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     return asm.kernel(f"{program}.attention", body,
                       f"own split-KV decode attention, one launch ({s_min} to {S} splits by "
                       "context)")
+
+
+DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv}
+"""``kern-gen --attention`` -> the decode/verify/batch attention emitter."""
+DEFAULT_ATTENTION = "split"
 
 
 def _flash(asm: Assembler, strides: list) -> str:

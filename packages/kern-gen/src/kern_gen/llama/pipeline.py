@@ -24,7 +24,8 @@ from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
-from .gemm import check_impl
+from .gemm import DEFAULT_GEMM, check_impl
+from .own import DEFAULT_ATTENTION
 from .kv import LAYOUT, KVLayout
 from .programs import build
 from .readme import readme
@@ -106,8 +107,10 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
-             own_cubins: dict[str, bytes] | None = None, gemm: str = "cublaslt") -> Result:
-    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`)."""
+             own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
+             attention: str = DEFAULT_ATTENTION) -> Result:
+    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`);
+    ``attention``: the decode attention (:data:`.own.DECODE_ATTENTION`)."""
     check_impl(gemm)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
@@ -139,7 +142,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     programs = build(Inputs(facts, cfg, arch, kv, dg, pg))
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
-                    merged=M.merged_weights(cfg), gemm_impl=gemm)
+                    merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention)
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)

@@ -1,6 +1,7 @@
 """The GEMMs of one program, alone: a manifest holding only the dispatches of ``program``
-whose kernels are GEMMs (cuBLASLt externs, or kern-gen's kernels named ``gemm…``, whichever
-implementation they have: ``kern-gen --gemm``), with the same weights, so that ``kern-run bench`` can time
+whose kernels are GEMMs (cuBLASLt externs, or kern-gen's kernels named ``gemm…`` or
+``<program>.gemm.<n>x<k>``, whichever implementation they have: ``kern-gen --gemm``), with
+the same weights, so that ``kern-run bench`` can time
 "the same step's GEMMs" through the same runtime path as the whole step.
 
 Buffers the GEMMs read before any GEMM writes them (activations made by other kernels)
@@ -24,7 +25,8 @@ def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict
         raise KernRunError(f"manifest `{m.meta.model}` has no program `{program}`")
     doc = json.loads(encode(m))
     gemm_kernels = {k for k, kern in m.kernels.items()
-                    if all(s.is_extern for s in kern.impl.steps) or k.startswith("gemm")}
+                    if all(s.is_extern for s in kern.impl.steps) or k.startswith("gemm")
+                    or ".gemm." in k}
     dispatches = [(i, d) for i, d in enumerate(m.programs[program].dispatches)
                   if d.kernel in gemm_kernels]
     if not dispatches:

@@ -1,8 +1,7 @@
-// TEST-ONLY REFERENCE, not shipped: the two-launch split-KV decode attention that
-// attn_decode.cu replaced (issue 16), kept byte-for-byte in its arithmetic so that the GPU tests
-// can check the one-launch kernel gives the same bits and bench.py can time both in one run.
-// Built on demand by tests/_own_kernels_gpu.py (build.py's sources() does not see tests/); no
-// manifest names it.  ABI: the former ABI.md 3a (partial + reduce, scratch part_ml/part_acc).
+// kern own kernels: the default decode attention (kern-gen --attention split), two launches
+// per call.  The one-launch variant (attn_decode.cu, --attention one-launch) merges the splits
+// in the last block to arrive; on the H200 it measured 4-7 us slower per layer (issue 16,
+// docs/measurements.md), so this pair stays the default.  ABI.md 3a.
 //
 // kern own kernels: split-KV GQA attention over a paged KV pool, few query rows per
 // sequence (decode, batched decode, verify).
@@ -237,6 +236,8 @@ __device__ __forceinline__ void decode_partial(
     const int hk = blockIdx.x;
     const int split = blockIdx.y, splits = gridDim.y;   // splits: the scratch row stride
     const int t = blockIdx.z;
+    // PDL: wait for the previous grid before the first global access (ABI.md, "PDL")
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int kv_len = kv_lens[t];
     const int active = active_splits(kv_len, splits, s_min, gridDim.z);
     if (split >= active) return;
@@ -264,6 +265,7 @@ __device__ __forceinline__ void decode_partial(
         }
 #undef KERN_PASS
     }
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 constexpr int kMaxSplits = 256;   // decode_reduce keeps one weight per split in shared memory
@@ -299,6 +301,8 @@ __device__ __forceinline__ void decode_reduce(
     const int lane = d % 32, warp = d / 32;
     const int64_t row0 = ((int64_t)t * n_q_heads + h) * grid_splits;
     if (grid_splits > kMaxSplits) __trap();   // ABI.md: S <= 256
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int splits = active_splits(kv_lens[t], grid_splits, s_min, gridDim.y);
 
     float m = -CUDART_INF_F;
