@@ -158,14 +158,30 @@ def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR,
     ]
 
 
+def write_call(rt, ids, p0: int) -> None:
+    """One sequence's inputs at positions p0..: ids, positions, pos0 and the paged ones of the
+    caller contract (slots = positions, kv_lens = position + 1, the identity block table:
+    page p at slot 16·p, entries beyond the loaded capacity 0; docs/caller-contract.md)."""
+    n = len(ids)
+    pos = np.arange(p0, p0 + n, dtype=np.int64)
+    vm, plan = getattr(rt, "vm", None), getattr(rt, "plan", None)     # (test fakes: neither)
+    pages = int(vm.manifest.buffers["block_table"].shape[1]) if vm else rt.table_pages
+    have = plan.capacity // 16 if plan else rt.capacity // 16
+    row = np.where(np.arange(pages) < have, np.arange(pages), 0).astype(np.int32)
+    rt.write("token_ids", np.asarray(ids, np.int64))
+    rt.write("positions", pos)
+    rt.write("slots", pos)
+    rt.write("pos0", np.array([p0], np.int32))
+    rt.write("kv_lens", (pos + 1).astype(np.int32))
+    rt.write("block_table", np.broadcast_to(row, (n, pages)).copy())
+
+
 def kern_prefill(rt, ids: list[int], p0: int, chunk: int, tmax: int) -> None:
     """kern `prefill` of ``ids`` at positions p0.. in chunks of up to min(chunk, tmax)."""
     done = 0
     while done < len(ids):
         n = min(chunk, tmax, len(ids) - done)
-        rt.write("token_ids", np.array(ids[done:done + n], np.int64))
-        rt.write("positions", np.arange(p0 + done, p0 + done + n, dtype=np.int64))
-        rt.write("pos0", np.array([p0 + done], np.int32))
+        write_call(rt, ids[done:done + n], p0 + done)
         rt.run("prefill", {"tokens": n})
         done += n
 
@@ -174,9 +190,7 @@ def kern_decode(rt, tid: int, pos: int) -> tuple[np.ndarray, int]:
     """kern `decode` of one token at ``pos``: (its logits as float32, next_token)."""
     from kern_runtime import from_bf16
 
-    rt.write("token_ids", np.array([tid], np.int64))
-    rt.write("positions", np.array([pos], np.int64))
-    rt.write("pos0", np.array([pos], np.int32))
+    write_call(rt, [tid], pos)
     rt.run("decode", {"tokens": 1})
     logits = from_bf16(rt.read("logits")).reshape(-1).astype(np.float32)
     return logits, int(rt.read("next_token").reshape(-1)[0])

@@ -169,6 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="export from a saved HF checkpoint (default) or the state dict")
     ap.add_argument("--seed", type=int, default=0, help="hf_capture.py's --seed (0 made the example)")
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
+                    help="launch every step plainly (kern_runtime's pdl=False)")
     ap.add_argument("--tokens", type=int, default=104, help="tokens per prompt (> 64)")
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--no-fp32", dest="fp32", action="store_false",
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     del model
     torch.cuda.empty_cache()
 
-    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)], capacity=4096)
+    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights)], capacity=4096,
+                      pdl=args.pdl)
     print(rt.summary())
     log("kern loaded")
     rows: list[QRow] = []

@@ -22,14 +22,14 @@ KR="python3 -m kern_run.cli"
 rc=0
 timeout 120 $KR --prompt "The capital of France is" --steps 16 --summary 2>&1 | tail -30 > "$OUT/summary.log"
 W=$(ls -t "$KERN_CACHE"/smollm2-135m/weights-*.safetensors | head -1)
-for m in examples/smollm2-135m .levers/smollm2-cublaslt; do
+[ "${TEXT:-1}" = 1 ] && for m in examples/smollm2-135m .levers/smollm2-cublaslt; do
   o=(--manifest "$m/manifest.json" --weights "$W" --tokenizer "$G" --steps 32)
   for p in "The capital of France is" "def fibonacci(n):" "Water boils at" "List three colors:"; do
     echo "== $m: $p"; timeout 60 $KR "${o[@]}" --prompt "$p" 2>&1 | tail -2
   done
   echo "== $m: chat"; timeout 60 $KR "${o[@]}" --chat --prompt "What is the capital of France?" 2>&1 | tail -2
 done 2>&1 | tee "$OUT/text.log"
-timeout 200 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs 2>&1 | tail -6 | tee "$OUT/kern_run_gpu.log"
+[ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -m gpu packages/kern-run/tests -q -p no:cacheprovider -rfEs 2>&1 | tail -6 | tee "$OUT/kern_run_gpu.log"
 L=""
 for v in ${LEVERS:-cublaslt onelaunch v0}; do
   L="$L --lever smollm2:$v=.levers/smollm2-$v --lever qwen3:$v=.levers/qwen3-$v"

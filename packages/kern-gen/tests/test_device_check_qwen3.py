@@ -98,6 +98,8 @@ def test_table_and_summary(q3):
 class FakeRuntime:
     """Records writes and runs; `logits` / `next_token` as a decode leaves them."""
 
+    table_pages, capacity = 4, 32       # a block table of 4 pages, 2 of them loaded
+
     def __init__(self, logits: np.ndarray, nt: int) -> None:
         self.calls: list = []
         self.out = {"logits": logits, "next_token": np.array([nt], np.int64)}
@@ -126,6 +128,10 @@ def test_shared_kern_helpers(q3):
     kl, nt = dc.kern_decode(rt, 7, 41)
     assert kl.tolist() == [1.0, 2.0, -1.0, 0.5] and nt == 1
     assert ("run", "decode", {"tokens": 1}) in rt.calls and ("write", "pos0", [41]) in rt.calls
+    # the paged inputs of the caller contract (issue 20): slot = position, kv_len = pos + 1,
+    # the identity table with the pages beyond the loaded capacity 0
+    for name, want in (("slots", [41]), ("kv_lens", [42]), ("block_table", [[0, 1, 0, 0]])):
+        assert ("write", name, want) in rt.calls, name
     r = np.array([1.0, 1.9, -1.0, 0.5], np.float32)
     row = dc.position_row(2, 40, 41, kl, nt, r, r.astype(np.float64))
     assert row.agree and row.margin is None and row.rel_h32 == 0.0

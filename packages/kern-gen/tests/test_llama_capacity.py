@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from kg_own import own_committed
 from kern_mine import encode_json, mine
 
 from kern_gen.llama import WiringError, generate
@@ -19,8 +20,6 @@ from kern_gen.llama.writers import LOG
 ROOT = Path(__file__).resolve().parents[3]
 CAP, CFG, OUT, LABEL = (ROOT / PRESETS["llama"][0], ROOT / PRESETS["llama"][1],
                         ROOT / PRESETS["llama"][2], PRESETS["llama"][3])
-OWN = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
-       "rope_angles.cubin")
 
 pytestmark = pytest.mark.skipif(not (CAP / LOG).exists(), reason="no Inductor log fixture")
 
@@ -41,7 +40,7 @@ def cap(tmp_path) -> Path:
 
 def _gen(cap: Path, mined: Path, config: Path = CFG):
     return generate(cap, config, mined=mined, label=LABEL, command="test",
-                    own_cubins={n: (OUT / "kernels" / n).read_bytes() for n in OWN})
+                    own_cubins=own_committed(OUT))
 
 
 def _refuses(cap: Path, mined: Path, *needles: str, config: Path = CFG) -> str:

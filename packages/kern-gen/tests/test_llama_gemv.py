@@ -14,6 +14,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
+from kg_own import own_committed
 from kern_mine import encode_json, mine
 from typer.testing import CliRunner
 
@@ -29,8 +30,6 @@ ABI = ROOT / "packages" / "kern-gen" / "kernels" / "ABI.md"
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc",
                                                  "/usr/local/cuda/bin/nvcc")
                                      if Path(p).exists()), None)
-OWN = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
-       "rope_angles.cubin")
 FEW_ROW_GEMM = re.compile(r"^(decode|verify)\.gemm\.(\d+)x(\d+)$")
 
 
@@ -50,7 +49,7 @@ def variants(tmp_path_factory, gemv_cubin) -> dict[str, dict]:
         cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
         mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
         mined.write_bytes(encode_json(mine(cap)))
-        own = {n: (ex / "kernels" / n).read_bytes() for n in OWN}
+        own = own_committed(ex)
         own["gemv.cubin"] = gemv_cubin
         out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
                                  command=f"uv run --frozen kern-gen {name} --gemm {g}")
@@ -116,7 +115,7 @@ def test_gemv_steps_follow_the_abi(variants, name, gemv_cubin):
         gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
         assert st == {"symbol": "kern_gemv_bf16", "cubin": "gemv.cubin", "sha256": sha,
                       "params": PARAMS, "block": [32 * gemv_warps(n, kk), 1, 1],
-                      "grid": [-(-n // GEMV_COLS), gy, 1],
+                      "grid": [-(-n // GEMV_COLS), gy, 1], "pdl": True,
                       "args": [{"arg": i} for i in range(6)]}, k
         assert kern["params"] == PARAMS and kk % 8 == 0
     ra, rb = variants[name]["cublaslt"], variants[name]["gemv"]
@@ -157,11 +156,13 @@ def test_generate_refuses_an_unknown_impl():
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CLI builds the own kernels")
 def test_cli_gemv_writes_the_variant(tmp_path, variants):
-    res = CliRunner().invoke(app, ["llama", "--gemm", "gemv", "--out", str(tmp_path)])
+    res = CliRunner().invoke(app, ["llama", "--gemm", "cublaslt", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "manifest.json").read_bytes() == variants["llama"]["gemv"].manifest
-    assert (tmp_path / "kernels" / "gemv.cubin").exists()
-    assert "uv run --frozen kern-gen llama --gemm gemv\n" in (tmp_path / "README.md").read_text()
+    assert (tmp_path / "manifest.json").read_bytes() == variants["llama"]["cublaslt"].manifest
+    assert not (tmp_path / "kernels" / "gemv.cubin").exists()
+    # the default (gemv) is not repeated; another choice is
+    assert "uv run --frozen kern-gen llama --gemm cublaslt\n" in \
+        (tmp_path / "README.md").read_text()
 
 
 def test_gpu_harness_uses_the_generators_block_rule():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
+from kg_own import own_committed
 from kern_mine import decode_json, encode_json, mine
 
 from kern_gen.llama import WiringError, generate
@@ -29,10 +30,7 @@ def _preset(name: str) -> tuple[Path, Path, Path, str]:
 
 
 def _own_committed(out: Path) -> dict[str, bytes]:
-    names = ("argmax.cubin", "attn_decode.cubin", "attn_decode_split.cubin",
-             "attn_prefill.cubin", "embedding.cubin", "gemv.cubin", "rope_angles.cubin")
-    return {n: (out / "kernels" / n).read_bytes() for n in names
-            if (out / "kernels" / n).exists()}
+    return own_committed(out)
 
 
 @pytest.fixture(scope="module")
@@ -248,14 +246,15 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     impl = m["kernels"]["decode.attention"]["impl"]
     grid = SPLIT_GROWTH * splits
     assert impl["scratch"]["part_ml"]["shape"][2] == impl["scratch"]["part_acc"]["shape"][2] == grid
-    (one,) = impl["steps"]                   # one launch: partials and merge (ABI.md 3a)
-    assert one["symbol"].startswith("kern_attn_decode_bf16_d")
-    assert one["grid"][1] == grid and one["args"][-2] == {"i32": splits}
-    # one arrival counter per (row, kv head): decode has one row
-    assert impl["scratch"]["counters"] == {"dtype": "u32", "shape": [1, one["grid"][0]]}
-    assert one["args"][6:9] == [{"scratch": s} for s in ("part_ml", "part_acc", "counters")]
+    part, red = impl["steps"]       # the default: two launches, partials then merge (ABI.md 3a)
+    assert part["symbol"].startswith("kern_attn_decode_partial_bf16_d")
+    assert red["symbol"].startswith("kern_attn_decode_reduce_bf16_d")
+    assert part["grid"][1] == grid and part["args"][-2] == {"i32": splits}
+    assert red["args"][-2:] == [{"i32": grid}, {"i32": splits}]
+    assert part["args"][5:7] == red["args"][:2] == [{"scratch": s} for s in ("part_ml",
+                                                                             "part_acc")]
     # the table's row stride is the block_table buffer's width
-    assert one["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
+    assert part["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -283,9 +282,8 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     norm = ver[-3]
     assert norm["label"] == "norm" and lm["args"][0] in norm["args"]
     attn = m["kernels"]["verify.attention"]["impl"]
-    assert [s["grid"][2] for s in attn["steps"]] == [{"sym": "tokens"}]
+    assert [attn["steps"][0]["grid"][2], attn["steps"][1]["grid"][1]] == [{"sym": "tokens"}] * 2
     assert attn["scratch"]["part_acc"]["shape"][0] == "tokens"
-    assert attn["scratch"]["counters"]["shape"][0] == "tokens"
     dec = m["kernels"]["decode.attention"]["impl"]
     assert [s["symbol"] for s in attn["steps"]] == [s["symbol"] for s in dec["steps"]]
     ag = m["kernels"][am["kernel"]]["impl"]["steps"]

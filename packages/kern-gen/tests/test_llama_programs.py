@@ -68,9 +68,19 @@ def test_the_gemm_step_comes_from_gemm_impls():
         EMIT["gemm"](_asm(gemm_impl="tiled"), "decode", _gemm_op(), 1)
 
 
-def test_the_gemv_impl_replaces_only_the_few_row_kernels():
+GEMV = (Path(__file__).resolve().parents[3] / "examples" / "smollm2-135m" / "kernels" /
+        "gemv.cubin").read_bytes()
+
+
+def _gemv_asm():
     asm = _asm(gemm_impl="gemv")
+    asm.own = {"gemv.cubin": GEMV}
     asm.own_sha = {"gemv.cubin": "ab" * 32}
+    return asm
+
+
+def test_the_gemv_impl_replaces_only_the_few_row_kernels():
+    asm = _gemv_asm()
     wide = EMIT["gemm"](asm, "batch", _gemm_op(), TOK)
     ver = EMIT["gemm"](asm, "verify", _gemm_op(), TOK)
     dec = EMIT["gemm"](asm, "decode", _gemm_op(), 1)
@@ -83,14 +93,13 @@ def test_the_gemv_impl_replaces_only_the_few_row_kernels():
     assert nw == 4          # k 128 = 4 steps of 32
     assert sv == step("kern_gemv_bf16", PARAMS, [32 * nw, 1, 1],
                       [4, {"ceil_div": [TOK, 8]}, 1], [{"arg": i} for i in range(6)],
-                      cubin="gemv.cubin", sha256="ab" * 32)
+                      cubin="gemv.cubin", sha256="ab" * 32, pdl=True)
     assert sd["grid"] == [4, 1, 1] and sd["block"] == sv["block"]
     assert asm.cubins["gemv.cubin"].symbols == {"kern_gemv_bf16"}
 
 
 def test_the_gemv_refuses_what_it_cannot_read():
-    asm = _asm(gemm_impl="gemv")
-    asm.own_sha = {"gemv.cubin": "ab" * 32}
+    asm = _gemv_asm()
     op = _gemm_op()
     op.args["k"] = 132
     with pytest.raises(WiringError, match="k % 8 == 0"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
+from kg_own import own_committed
 from kern_mine import decode_json, encode_json, mine
 
 from kern_weights.export_plan import Plan
@@ -20,8 +21,6 @@ from kern_gen.llama.command import PRESETS
 ROOT = Path(__file__).resolve().parents[3]
 CAP, CFG, OUT, LABEL = (ROOT / PRESETS["qwen3"][0], ROOT / PRESETS["qwen3"][1],
                         ROOT / PRESETS["qwen3"][2], PRESETS["qwen3"][3])
-OWN = ("argmax.cubin", "attn_decode.cubin", "attn_prefill.cubin", "embedding.cubin",
-       "rope_angles.cubin")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,7 @@ def _gen(mined: Path, **kw):
     config = kw.pop("config", CFG)
     return generate(CAP, config, mined=mined, label=LABEL,
                     command="uv run --frozen kern-gen qwen3",
-                    own_cubins={n: (OUT / "kernels" / n).read_bytes() for n in OWN}, **kw)
+                    own_cubins=own_committed(OUT), **kw)
 
 
 def _refuses(mined: Path, *needles: str, **kw) -> str:
