@@ -87,9 +87,7 @@ def bench(rt, torch, tmax: int, vocab: int, log) -> dict:
         res[f"prefill_{n}_tok_s"] = n / med
         log(f"prefill {n}: {med * 1e3:.1f} ms, {n / med:,.0f} tokens/s")
     for ctx in (1024, 8192, 32000):
-        rt.write("token_ids", np.array([1], np.int64))
-        rt.write("positions", np.array([ctx], np.int64))
-        rt.write("pos0", np.array([ctx], np.int32))
+        dc.write_call(rt, [1], ctx)      # every input of the caller contract, paged ones too
         rt.run("decode", {"tokens": 1})
         rt.synchronize()
         per = []

@@ -323,3 +323,9 @@ def test_a_pdl_step_launches_with_pdl_only_when_the_runtime_allows_it(tmp_path, 
             assert marked == set()
     finally:
         rt.close()
+
+
+def test_a_cuda_error_keeps_its_status_name():
+    e = CudaError("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "4 GiB", where="arena")
+    assert (e.call, e.code) == ("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
+    assert str(e) == "[CUDA] arena: cuMemAlloc failed with CUDA_ERROR_OUT_OF_MEMORY (4 GiB)"

@@ -29,9 +29,10 @@ class KernRuntimeError(KernError):
     label = None
 
     def __init__(self, message: str, *, where: str | None = None, help: str | None = None,
-                 problems: list[str] | None = None) -> None:
-        # ``problems``: further problems of the same kind found in the same pass.
-        super().__init__(message, where=where, help=help, problems=problems or ())
+                 problems: list[str] | None = None, code: str | None = None) -> None:
+        # ``problems``: further problems of the same kind found in the same pass; ``code``:
+        # a status name (CudaError), kept as :attr:`code`.
+        super().__init__(message, where=where, help=help, problems=problems or (), code=code)
 
     def render(self) -> str:
         return f"[{self.who}] " + super().render()
@@ -73,11 +74,10 @@ class CudaError(KernRuntimeError):
     def __init__(self, call: str, code: str, detail: str = "", *, where: str | None = None,
                  help: str | None = None) -> None:
         self.call = call
-        self.code = code
         msg = f"{call} failed with {code}"
         if detail:
             msg += f" ({detail})"
-        super().__init__(msg, where=where, help=help)
+        super().__init__(msg, where=where, help=help, code=code)   # KernError keeps `code`
 
 
 # --- place names --------------------------------------------------------------------------

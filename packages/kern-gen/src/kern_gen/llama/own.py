@@ -116,7 +116,7 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
 
 
 def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
-    """One launch (kernels/ABI.md 3a, ``--attention one-launch``): split blocks write
+    """One launch (kernels/ABI.md 3a′, ``--attention one-launch``): split blocks write
     partials, the last to arrive for its (row, kv head) merges them in split order and
     writes ``out``."""
     cfg = asm.cfg
