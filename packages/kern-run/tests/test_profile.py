@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from kern_run import bench, runner
 from kern_run.bench import Report
 from kern_run.cli import app
-from kern_run.bench.profile import (CATEGORIES, GEMM, OTHER, OWN, TRITON, ProfileError,
+from kern_run.bench.profile import (CATEGORIES, GEMM, GEMV, OTHER, OWN, TRITON, ProfileError,
                                     breakdown, category, kernel_events, summary_rows)
 
 NVJET = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
@@ -34,6 +34,7 @@ RECORDS = [
                                       (OWN_K, OWN), (ATEN, OTHER),
                                       ("ampere_bf16_s16816gemm_bf16_128x64", GEMM),
                                       ("Kernel_cuBLAS_thing", GEMM),
+                                      ("kern_gemv_bf16", GEMV),
                                       ("void cutlass::Kernel<triton_x>", OTHER)])
 def test_category(name, cat):
     assert category(name) == cat
@@ -65,8 +66,8 @@ def test_breakdown_two_steps():
 def test_breakdown_empty_category_and_top_limit():
     recs = [(f"kern_k{i:02d}", 10.0 * i, float(i + 1)) for i in range(12)]
     b = breakdown(recs, steps=1)
-    assert {g.name: g.count for g in b.categories} == {GEMM: 0.0, TRITON: 0.0, OWN: 12.0,
-                                                         OTHER: 0.0}
+    assert {g.name: g.count for g in b.categories} == {GEMM: 0.0, GEMV: 0.0, TRITON: 0.0,
+                                                         OWN: 12.0, OTHER: 0.0}
     assert next(g for g in b.categories if g.name == GEMM).mean_us == 0.0
     assert b.share(GEMM) == 0.0
     assert [g.name for g in b.top] == [f"kern_k{i:02d}" for i in range(11, 1, -1)]

@@ -26,8 +26,9 @@ from typing import Any
 from kern_manifest import KernError
 
 #: Category names, in report order.
-GEMM, TRITON, OWN, OTHER = "GEMM (cuBLAS)", "Inductor (Triton)", "own (kern_*)", "other"
-CATEGORIES = (GEMM, TRITON, OWN, OTHER)
+GEMM, GEMV, TRITON, OWN, OTHER = ("GEMM (cuBLAS)", "GEMM (own GEMV)", "Inductor (Triton)",
+                                  "own (kern_*)", "other")
+CATEGORIES = (GEMM, GEMV, TRITON, OWN, OTHER)
 _GEMM_MARKS = ("nvjet", "cublas", "gemm", "splitkreduce")
 #: Device-side activities that are not kernels (CUPTI memcpy/memset/sync records).
 _NOT_KERNELS = ("Memcpy", "Memset", "Event Sync", "Stream Sync", "Context Sync",
@@ -47,6 +48,8 @@ class ProfileError(KernError, RuntimeError):
 def category(name: str) -> str:
     """The category of a kernel name (see :data:`CATEGORIES`)."""
     low = name.lower()
+    if name.startswith("kern_gemv"):
+        return GEMV
     if any(m in low for m in _GEMM_MARKS):
         return GEMM
     if name.startswith("triton_"):
