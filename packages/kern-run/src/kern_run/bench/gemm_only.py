@@ -30,8 +30,7 @@ def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict
     dispatches = [(i, d) for i, d in enumerate(m.programs[program].dispatches)
                   if d.kernel in gemm_kernels]
     if not dispatches:
-        raise KernRunError(f"program `{program}` of `{m.meta.model}` has no extern GEMM "
-                           f"dispatches")
+        raise KernRunError(f"program `{program}` of `{m.meta.model}` has no GEMM dispatches")
     written: set[str] = set()
     cls: dict[str, str] = {}
     symbols: set[str] = set()

@@ -218,10 +218,10 @@ def record_program(rt: Any, program: str, symbols: Mapping[str, int], *, gpu: in
 
 def summary_rows(b: Breakdown) -> list[tuple[str, str, str]]:
     """(measurement, kern, note) rows for the bench table."""
-    cats = ", ".join(f"{g.name.split(' ')[0]} {g.us:.1f}" for g in b.categories)
+    cats = ", ".join(f"{g.name} {g.us:.1f}" for g in b.categories)
     return [("decode GPU busy / gaps µs/step (profiled)", f"{b.busy_us:.1f} / {b.gaps_us:.1f}",
              f"{b.kernels:.1f} kernels/step, span {b.span_us:.1f} µs/step"),
-            ("decode GEMM share of GPU busy", f"{b.share(GEMM):.1%}",
+            ("decode GEMM share of GPU busy", f"{b.share(GEMM) + b.share(GEMV):.1%}",
              f"µs/step: {cats}")]
 
 
