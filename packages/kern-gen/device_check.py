@@ -159,21 +159,10 @@ def summary(rows: list[Row], factor: float = FACTOR, floor: float = FLOOR,
 
 
 def write_call(rt, ids, p0: int) -> None:
-    """One sequence's inputs at positions p0..: ids, positions, pos0 and the paged ones of the
-    caller contract (slots = positions, kv_lens = position + 1, the identity block table:
-    page p at slot 16·p, entries beyond the loaded capacity 0; docs/caller-contract.md)."""
-    n = len(ids)
-    pos = np.arange(p0, p0 + n, dtype=np.int64)
-    vm, plan = getattr(rt, "vm", None), getattr(rt, "plan", None)     # (test fakes: neither)
-    pages = int(vm.manifest.buffers["block_table"].shape[1]) if vm else rt.table_pages
-    have = plan.capacity // 16 if plan else rt.capacity // 16
-    row = np.where(np.arange(pages) < have, np.arange(pages), 0).astype(np.int32)
-    rt.write("token_ids", np.asarray(ids, np.int64))
-    rt.write("positions", pos)
-    rt.write("slots", pos)
-    rt.write("pos0", np.array([p0], np.int32))
-    rt.write("kv_lens", (pos + 1).astype(np.int32))
-    rt.write("block_table", np.broadcast_to(row, (n, pages)).copy())
+    """One sequence's inputs at positions p0.., as kern-run writes them (the caller
+    contract's paged inputs included: docs/caller-contract.md)."""
+    from kern_run.inputs import write_at
+    write_at(rt, list(ids), p0)
 
 
 def kern_prefill(rt, ids: list[int], p0: int, chunk: int, tmax: int) -> None:

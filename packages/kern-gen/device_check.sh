@@ -22,7 +22,7 @@ if ! python3 -c "import msgspec, gguf, nvmath" 2>/dev/null; then
     "$WHEELS"/nvmath_python-*.whl "$WHEELS"/cuda_core-*.whl 2>&1 | tail -2
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-gen/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="packages/kern-manifest/src:packages/kern-runtime/src:packages/kern-weights/src:packages/kern-gen/src:packages/kern-run/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 if [ "$MODEL" = qwen3 ]; then
   timeout 290 python3 packages/kern-gen/device_check_qwen3.py --out "$OUT" "$@" 2>&1 \

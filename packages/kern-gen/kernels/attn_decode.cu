@@ -16,7 +16,7 @@
 //   A > 1: the block writes the split's running max m (log2 domain), sum l and unnormalised
 //   accumulator to f32 scratch, then counts itself in counters[t * n_kv_heads + hk]; the block
 //   that arrives last (it sees A - 1 there) merges the A splits in split order 0 .. A-1 with
-//   the arithmetic of the former two-launch reduce (tests/attn_decode_two_step.cu), writes
+//   the arithmetic of the two-launch reduce (attn_decode_split.cu), writes
 //   out[t, h, :] as bf16 and sets the counter back to 0.  Which block arrives last does not
 //   change a bit of the result.
 //

@@ -220,7 +220,7 @@ def bench_decode_paged(k, n_q, n_kv, d, batch, ctx, layers):
 LAUNCHES = []   # (what, 1-launch us, 2-launch us, torch us)
 
 
-def bench_decode_launches(k, k2, n_q, n_kv, d, batch, ctx, layers):
+def bench_decode_launches(k, n_q, n_kv, d, batch, ctx, layers):
     """``batch`` sequences of ``ctx`` keys (consecutive pages: batch 1 is the identity table),
     the generator's split counts: the one-launch decode vs the former two launches on the
     same data and scratch, and torch SDPA over contiguous K/V."""
@@ -236,7 +236,7 @@ def bench_decode_launches(k, k2, n_q, n_kv, d, batch, ctx, layers):
     pools = [paged_layer(n_kv, d, [ctx] * batch, False, g) for _ in range(layers)]
     one = [(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa, cnt, out, n_q,
                                        n_kv, S, scale, batch, s_min=s_min)) for c in pools]
-    two = [(lambda c=c: k2.attn_decode_two_step(q, qs, c[0], c[1], lens, c[2], pm, pa, out, n_q,
+    two = [(lambda c=c: k.attn_decode_two_step(q, qs, c[0], c[1], lens, c[2], pm, pa, out, n_q,
                                                 n_kv, S, scale, batch, s_min=s_min))
            for c in pools]
     # A B B A: neither order is favoured by clocks warming up; the mean of the two medians
@@ -352,12 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cupy {cupy.__version__}")
     if args.only in ("all", "attn"):
         # one launch vs the former two (issue 16), the generator's split counts
-        k2 = k
         for n_q, n_kv, d in ((32, 8, 128), (9, 3, 64)):
             for ctx in (128, 512, 1024, 4096, 32768):
-                bench_decode_launches(k, k2, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
+                bench_decode_launches(k, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
             for batch in (8, 32, 64):
-                bench_decode_launches(k, k2, n_q, n_kv, d, batch, 1024, layers=2)
+                bench_decode_launches(k, n_q, n_kv, d, batch, 1024, layers=2)
     if args.only == "all":
         others(k)
     if args.only in ("all", "gemv"):

@@ -117,9 +117,19 @@ def table_pages_of(rt: object) -> int:
     return int(getattr(rt, "table_pages", 1))
 
 
+def capacity_of(rt: object) -> int | None:
+    """The KV capacity (positions) a runtime was loaded with (``rt.plan``), or the
+    ``capacity`` a runtime-like object states (the test fakes); None when neither says."""
+    plan = getattr(rt, "plan", None)
+    return getattr(plan, "capacity", None) if plan is not None else getattr(rt, "capacity", None)
+
+
 def write_at(rt, ids: Sequence[int], pos0: int) -> None:
-    """One-off single-sequence inputs for a loaded runtime (the benches' profiling calls)."""
-    Inputs(max(1, len(ids)), table_pages=table_pages_of(rt)).write(rt, ids, pos0)
+    """One-off single-sequence inputs for a loaded runtime (the benches' profiling calls, the
+    device checks): every input of the caller contract, the block table's identity ending at
+    the loaded capacity."""
+    Inputs(max(1, len(ids)), table_pages=table_pages_of(rt),
+           capacity=capacity_of(rt)).write(rt, ids, pos0)
 
 
 def call_inputs(ids: Sequence[int], pos0: int, table_pages: int = 1

@@ -74,6 +74,7 @@ class Assembler:
         self.merged = merged or {}      # merged weight -> [(part, first row)]
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
+        self._pdl: dict[tuple[str, str, bool], bool] = {}   # (cubin, symbol, rule) -> pdl
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
         self.kernels: dict[str, dict[str, Any]] = {}
@@ -161,9 +162,27 @@ class Assembler:
         if file not in self.own_sha:
             raise WiringError(f"own kernel `{file}` was not built (kernels/{file[:-6]}.cu)")
         self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
-        pdl = _pdl_of(self.own[file], symbol, f"own kernel `{symbol}` ({file})",
-                      weights_first=weights_first)
+        pdl = self.pdl(file, symbol, lambda: self.own[file], f"own kernel `{symbol}` ({file})",
+                       weights_first=weights_first)
         return step(symbol, cubin=file, sha256=self.own_sha[file], pdl=pdl, **kw)
+
+    def pdl(self, file: str, symbol: str, cubin: Callable[[], bytes | None], where: str,
+            weights_first: bool = False) -> bool:
+        """May ``symbol`` of ``file`` launch with PDL (:func:`.sass.pdl_wait`)?  Read once
+        per function: ``cubin`` (the bytes, e.g. decompressed from the capture) is called only
+        on the first ask."""
+        key = (file, symbol, weights_first)
+        if key not in self._pdl:
+            data = cubin()
+            if data is None:
+                raise WiringError(f"{where}: no cubin `{file}` (the capture's module or the "
+                                  f"own build) to read its code from")
+            try:
+                self._pdl[key] = sass.pdl_wait(data, symbol, weights_first=weights_first)
+            except sass.CubinError as exc:
+                raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
+                                  f"{exc}") from None
+        return self._pdl[key]
 
     @staticmethod
     def extern_step(symbol: str, **kw: Any) -> dict[str, Any]:
@@ -275,13 +294,11 @@ def mined(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
             disp.append({"sym": "tokens"} if e == TOK else {"expr": e})
     grid = [_plain(s.fits[a].expr) for a in ("grid.x", "grid.y", "grid.z")]
     smem = s.fits.get("smem")
-    code = asm.facts.capture.module_bytes(s.module)
-    if code is None:
-        raise WiringError(f"{s.where(program, op.label)}: the capture has no cubin for "
-                          f"module {s.module}")
+    pdl = asm.pdl(file, s.name, lambda: asm.facts.capture.module_bytes(s.module),
+                  s.where(program, op.label))
     st = step(s.name, step_params, list(s.info.block), grid, step_args, cubin=file,
               sha256=s.module, shared_mem=_plain(smem.expr) if smem is not None else 0,
-              pdl=_pdl_of(code, s.name, s.where(program, op.label)))
+              pdl=pdl)
     name = asm.kernel(f"{program}.{_role(op.label)}.{s.module[:8]}",
                       {"params": iface, "impl": {"steps": [st]}},
                       f"mined `{s.name}` (module {s.module[:16]}…)")
@@ -293,14 +310,6 @@ EMIT: dict[str, Emitter] = {
     "attention": own.attention, "argmax": own.argmax,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""
-
-
-def _pdl_of(cubin: bytes, symbol: str, where: str, weights_first: bool = False) -> bool:
-    try:
-        return sass.pdl_wait(cubin, symbol, weights_first=weights_first)
-    except sass.CubinError as exc:
-        raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
-                          f"{exc}") from None
 
 
 def _role(label: str) -> str:

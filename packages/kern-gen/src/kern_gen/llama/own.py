@@ -80,21 +80,37 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
             "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"])]}
 
 
+DECODE_IFACE = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+                "out buffer<bf16>"]
+"""``(q, k_cache, v_cache, kv_lens, block_table, out)``: the decode attention's interface,
+both implementations (ABI.md 3a, 3a′)."""
+
+
+def _decode_geometry(asm: Assembler, rows: Any) -> tuple[int, int, int, int, int, Any]:
+    """(D, query heads, kv heads, s_min, S, scratch rows): S = SPLIT_GROWTH·s_min is the most
+    splits a long row uses (ABI.md 3a)."""
+    cfg = asm.cfg
+    s_min = decode_splits(cfg.kv_heads)
+    return (cfg.head_dim, cfg.heads, cfg.kv_heads, s_min, SPLIT_GROWTH * s_min,
+            "tokens" if rows == TOK else rows)
+
+
+def _partials(r: Any, H: int, S: int, D: int) -> dict[str, Any]:
+    """The split partials' scratch, f32: (m, l) and the unnormalised accumulator."""
+    return {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
+            "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}}
+
+
 def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     """Two launches (kernels/ABI.md 3a, ``attn_decode_split.cubin``): split partials into
     scratch, then one block per (query head, row) merges them.  The default: on the H200 it
     is 4-7 µs per layer faster than the one-launch kernel (docs/measurements.md, issue 16)."""
     cfg = asm.cfg
-    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
-    s_min = decode_splits(KVH)
-    S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
-    r = "tokens" if rows == TOK else rows
-    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
-             "out buffer<bf16>"]
+    D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
+    iface = DECODE_IFACE
     cubin = "attn_decode_split.cubin"
     body = {"params": iface, "impl": {
-        "scratch": {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
-                    "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}},
+        "scratch": _partials(r, H, S, D),
         "steps": [
             asm.own_step(cubin, f"kern_attn_decode_partial_bf16_d{D}",
                          params=[*iface[:5], "out buffer<f32>", "out buffer<f32>", "i32",
@@ -120,14 +136,9 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     partials, the last to arrive for its (row, kv head) merges them in split order and
     writes ``out``."""
     cfg = asm.cfg
-    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
-    s_min = decode_splits(KVH)
-    S = SPLIT_GROWTH * s_min            # the most splits a long row uses (ABI.md 3a)
-    r = "tokens" if rows == TOK else rows
-    iface = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
-             "out buffer<bf16>"]
-    scratch = {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
-               "part_acc": {"dtype": "f32", "shape": [r, H, S, D]},
+    D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
+    iface = DECODE_IFACE
+    scratch = {**_partials(r, H, S, D),
                # Arrival counters, one per (row, kv head). Contract: zero before the first
                # launch (kern-runtime zero-fills the arena at load; the area is this kernel's
                # own) and zero after every complete launch (the last block of each (row, kv
