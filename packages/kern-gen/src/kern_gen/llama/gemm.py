@@ -42,8 +42,10 @@ and down 2560x9728 (160) best at 16; SmolLM2 lm_head 49152x576 (3072) 25.6/18.3/
 its other shapes (36-192 blocks) best at 16 or 8 within 1 %."""
 DEFAULT_GEMM = "gemv"
 """``kern-gen --gemm`` default: the own GEMV beat cuBLASLt end to end on SmolLM2 (decode 0.86
-vs 1.08 ms/token with PDL, same run) and is within 2 % of it or faster on every Qwen3-4B decode
-shape with these warp counts (docs/measurements.md, issue 16)."""
+vs 1.08 ms/token with PDL, same run) and gave the Qwen3-4B shape 3.07 ms/token (the
+pre-issue cuBLASLt kernels with PDL: 3.29 in the lever run); alone it is faster on o, down and
+SmolLM2's four layer GEMMs and up to 7 % slower on the rest (Qwen3 gate_up 29.2 vs 27.8 µs,
+SmolLM2 lm_head 17.5 vs 16.5; docs/measurements.md, issue 16)."""
 
 
 def gemv_warps(n: int, k: int) -> int:
