@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from .dspark.command import dspark_command
 from .export import export_command
 from .llama.command import llama_command, qwen3_command
 
@@ -30,6 +31,7 @@ def _root() -> None:
 app.command("export")(export_command)
 app.command("llama")(llama_command)
 app.command("qwen3")(qwen3_command)
+app.command("dspark")(dspark_command)
 
 
 def main() -> None:

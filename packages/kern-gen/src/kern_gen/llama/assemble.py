@@ -32,7 +32,7 @@ from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
-from .ir import (BLOCK_TABLE, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, SLOTS,
+from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, SLOTS,
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
@@ -69,9 +69,14 @@ def step(symbol: str, params: list[str], block: list, grid: list, args: list, *,
 class Assembler:
     def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own: dict[str, bytes],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
-                 gemm_impl: str = "cublaslt", attention: str = "split") -> None:
+                 gemm_impl: str = "cublaslt", attention: str = "split",
+                 extra_weights: dict[str, list[int]] | None = None,
+                 extra_states: dict[str, int] | None = None) -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
         self.merged = merged or {}      # merged weight -> [(part, first row)]
+        # weights the capture does not hold (a DSpark draft's): name -> bf16 shape
+        self.extra_weights = extra_weights or {}
+        self.extra_states = extra_states or {}   # state name -> bytes per token
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
         self._pdl: dict[tuple[str, str, bool], bool] = {}   # (cubin, symbol, rule) -> pdl
@@ -100,6 +105,9 @@ class Assembler:
         return {"buf": ref.buf, "offset": ref.offset} if ref.offset else {"buf": ref.buf}
 
     def _weight(self, name: str) -> None:
+        if name in self.extra_weights:
+            self._buf(name, "bf16", list(self.extra_weights[name]), "weight")
+            return
         if name in self.merged:
             parts = [self.facts.weights[p] for p, _ in self.merged[name]]
             if (len({(t.dtype, tuple(t.shape[1:])) for t in parts}) != 1
@@ -195,14 +203,17 @@ class Assembler:
         self._inputs()
         self._buf(NEXT_TOKEN.buf, "i64", ["tokens"], "output")
         self._buf(LOGITS.buf, "bf16", [1, cfg.vocab], "output")
-        if any(PREDICTIONS.buf in used_buffers(p.ops) for p in programs):
+        used = set().union(*(used_buffers(p.ops) for p in programs))
+        if PREDICTIONS.buf in used:
             self._buf(PREDICTIONS.buf, "i64", ["tokens"], "output")
+        if CARRY.buf in used:
+            self._buf(CARRY.buf, "bf16", ["tokens", cfg.hidden], "carry")
         self.programs = [p.name for p in programs]
         progs: dict[str, Any] = {}
         for i, prog in enumerate(programs):
             for b in prog.bufs.values():
                 rows = prog.rows if isinstance(prog.rows, int) else "tokens"
-                self._buf(b.name, b.dtype, [rows, b.width], b.cls)
+                self._buf(b.name, b.dtype, b.shape or [rows, b.width], b.cls)
             disp = [self._emit(prog, op) for op in prog.ops]
             progs[prog.name] = {"dispatches": disp}
             for d in disp:
@@ -211,7 +222,8 @@ class Assembler:
         return {
             "meta": {"version": 2, "model": self.label},
             "symbols": {"tokens": {"max": tokens_max}},
-            "states": {n: {"bytes_per_token": b} for n, b in self.kv.states().items()},
+            "states": {n: {"bytes_per_token": b}
+                       for n, b in {**self.kv.states(), **self.extra_states}.items()},
             "buffers": bufs,
             "kernels": self.kernels,
             "programs": progs,
@@ -306,7 +318,7 @@ def mined(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
 
 
 EMIT: dict[str, Emitter] = {
-    "mined": mined, "gemm": G.gemm, "embedding": own.embedding, "angles": own.rope_angles,
+    "mined": mined, "gemm": G.gemm, "gemm_acc": G.gemm_acc, "embedding": own.embedding, "angles": own.rope_angles,
     "attention": own.attention, "argmax": own.argmax,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""

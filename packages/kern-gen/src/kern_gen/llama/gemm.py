@@ -27,6 +27,10 @@ PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32", "i32"
 """``[a, w, c, m, n, k]``: the interface of every GEMM kernel (and of both impls' steps)."""
 
 CUBLASLT = "extern:cublaslt_bf16_tn"
+CUBLASLT_ACC = "extern:cublaslt_bf16_tn_acc"
+ACC_PARAMS = [*PARAMS[:2], "inout buffer<bf16>", *PARAMS[3:]]
+"""``[a, w, c, m, n, k]`` with ``C += A·Wᵀ`` (β = 1): the accumulating GEMM (DSpark's tap
+projections and Markov head); cuBLASLt only (the own GEMV has no β)."""
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 GEMV_COLS = 16
 """Output columns (rows of W) per block of the own GEMV (kernels/ABI.md 4)."""
@@ -94,13 +98,32 @@ def check_impl(name: str) -> None:
                           f"{', '.join(sorted(GEMM_IMPLS))}")
 
 
+def _m(rows: Any) -> dict[str, Any]:
+    return {"sym": "tokens"} if rows == TOK else {"i32": rows}
+
+
+def gemm_acc(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """``C += A·Wᵀ`` (args ``a``, ``w``, ``acc``; ``m`` = the op's ``rows`` if given, else the
+    program's): the cuBLASLt β = 1 extern, one kernel ``gemm_acc`` for every program."""
+    a = op.args
+    rows = a.get("rows", rows)
+    st = asm.extern_step(CUBLASLT_ACC, params=ACC_PARAMS, block=[1, 1, 1], grid=[1, 1, 1],
+                         args=[{"arg": i} for i in range(6)])
+    name = asm.kernel("gemm_acc", {"params": ACC_PARAMS, "impl": {"steps": [st]}},
+                      f"extern cuBLASLt, accumulating (`{CUBLASLT_ACC}`)")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["acc"]), _m(rows),
+                     {"i32": a["n"]}, {"i32": a["k"]}]}
+
+
 def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """The dispatch of a GEMM op; ``m`` = the program's rows."""
+    """The dispatch of a GEMM op; ``m`` = the op's ``rows`` if given, else the program's."""
     check_impl(asm.gemm_impl)
     a = op.args
+    rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
-    args = [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]),
-            {"sym": "tokens"} if rows == TOK else {"i32": rows}, {"i32": n}, {"i32": k}]
+    args = [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]), _m(rows), {"i32": n},
+            {"i32": k}]
     if program not in FEW_ROWS:
         impl, source = cublaslt_impl(asm, rows, n, k)
         name = asm.kernel("gemm", {"params": PARAMS, "impl": impl}, source)

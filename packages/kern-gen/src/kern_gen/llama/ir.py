@@ -55,16 +55,24 @@ LOGITS = Ref(buf=C.LOGITS)
 NEXT_TOKEN = Ref(buf=C.NEXT_TOKEN)
 PREDICTIONS = Ref(buf=C.PREDICTIONS)
 INPUTS = (TOKEN_IDS, POSITIONS, SLOTS, POS0, KV_LENS, BLOCK_TABLE)
+# DSpark (docs/dspark.md): the carry of projected tap features, bf16 [tokens, hidden], written
+# by the tapped target programs and read by ``draft_precompute``; the draft's tokens, i64
+# [tokens] (the ``draft`` program's output).
+CARRY = Ref(buf="carry")
+DRAFT_TOKENS = Ref(buf="draft_tokens")
 
 
 def is_weight(buf: str | None) -> bool:
-    """Weight buffers are named like the HF tensors (``model.…``); the caller binds them."""
-    return bool(buf) and buf.startswith("model.")
+    """Weight buffers are named like the HF tensors (``model.…``) or, for a DSpark draft,
+    ``draft.….weight`` (the ``draft`` program's workspaces are ``draft.<label>``, never ending
+    in ``.weight``); the caller binds them."""
+    return bool(buf) and (buf.startswith("model.") or
+                          (buf.startswith("draft.") and buf.endswith(".weight")))
 
 
 @dataclass
 class Op:
-    kind: str          # mined | gemm | embedding | angles | attention | argmax
+    kind: str          # mined | gemm | gemm_acc | embedding | angles | attention | argmax
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
@@ -77,6 +85,7 @@ class Buf:
     dtype: str
     width: int
     cls: str
+    shape: list | None = None       # a fixed shape instead of [program rows, width]
 
 
 @dataclass
@@ -89,6 +98,8 @@ class Program:
 
 OUTPUT_ARGS = ("c", "out")
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
+INOUT_ARGS = ("acc",)
+"""The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ)."""
 
 
 def refs(o: Op) -> list[Ref]:
@@ -107,7 +118,8 @@ def writes(o: Op) -> list[tuple[str, Ref]]:
     """(direction, ref) of what ``o`` writes: ``out`` (new data) or ``inout`` (in place)."""
     if o.kind == "mined":
         return [(d, r) for d, r in o.ptrs.values() if d in ("out", "inout")]
-    return [("out", v) for key, v in o.args.items() if key in OUTPUT_ARGS and isinstance(v, Ref)]
+    return [("out" if key in OUTPUT_ARGS else "inout", v) for key, v in o.args.items()
+            if key in OUTPUT_ARGS + INOUT_ARGS and isinstance(v, Ref)]
 
 
 def used_buffers(ops: list[Op]) -> set[str]:
@@ -119,7 +131,7 @@ def check_dataflow(program: str, ops: list[Op]) -> None:
     """Every workspace a kept op reads was written by an earlier kept op (the dropped
     captured kernels must have had no other consumers).  The contract's inputs are written
     by the caller, weights are bound by it, states persist."""
-    written = {r.buf for r in INPUTS}
+    written = {r.buf for r in INPUTS} | {CARRY.buf}
     for o in ops:
         for r in reads(o):
             b = r.buf

@@ -25,16 +25,21 @@ than the minimum from ``512 x decode_splits`` keys on (kernels/ABI.md 3a)."""
 
 
 def embedding(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    cfg = asm.cfg
+    """The gather ``out[t] = table[ids[t]]``: by default the token embedding of every row;
+    an op may name another ``table`` of ``width`` columns (rows of ``vocab``), its ``ids`` and
+    its ``rows`` (DSpark's Markov head gathers one row of ``markov_w1``)."""
+    cfg, a = asm.cfg, op.args
+    rows = a.get("rows", rows)
     p = ["in buffer<i64>", "in buffer<bf16>", "out buffer<bf16>"]
     step = asm.own_step("embedding.cubin", "kern_embedding_bf16",
                         params=[*p, "i32", "i32"], block=[256, 1, 1], grid=[rows, 1, 1],
-                        args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"i32": cfg.hidden},
-                              {"i32": cfg.vocab}])
+                        args=[{"arg": 0}, {"arg": 1}, {"arg": 2},
+                              {"i32": a.get("width", cfg.hidden)}, {"i32": cfg.vocab}])
     name = asm.kernel(f"{program}.embedding", {"params": p, "impl": {"steps": [step]}},
                       "own `kern_embedding_bf16`")
     return {"label": op.label, "kernel": name,
-            "args": [asm.arg(TOKEN_IDS), asm.arg(Ref(buf=EMBED)), asm.arg(op.args["out"])]}
+            "args": [asm.arg(a.get("ids", TOKEN_IDS)), asm.arg(a.get("table", Ref(buf=EMBED))),
+                     asm.arg(a["out"])]}
 
 
 def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -184,8 +189,10 @@ def _flash(asm: Assembler, strides: list) -> str:
 
 
 def argmax(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """Greedy argmax of each of ``rows`` logit rows (grid x = row)."""
+    """Greedy argmax of each of ``rows`` logit rows (grid x = row; the op's ``rows`` if
+    given, else the program's)."""
     P, V = ARGMAX_PARTS, asm.cfg.vocab
+    rows = op.args.get("rows", rows)
     r = "tokens" if rows == TOK else rows
     body = {"params": ["in buffer<bf16>", "out buffer<i64>"], "impl": {
         "scratch": {"part_val": {"dtype": "f32", "shape": [r, P]},
@@ -203,7 +210,7 @@ def argmax(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
                                {"i32": P}])]}}
     name = asm.kernel("argmax" if rows == 1 else f"{program}.argmax", body,
                       "own two-stage argmax")
-    return {"label": "argmax", "kernel": name,
+    return {"label": op.label, "kernel": name,
             "args": [asm.arg(op.args["logits"]), asm.arg(op.args["out"])]}
 
 

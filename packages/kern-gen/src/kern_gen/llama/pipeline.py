@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import kern_manifest
 from kern_manifest.contract import ContractError, check_manifest
@@ -27,6 +27,7 @@ from .facts import Facts, load
 from .gemm import DEFAULT_GEMM, check_impl
 from .own import DEFAULT_ATTENTION
 from .kv import LAYOUT, KVLayout
+from .ir import Program
 from .programs import build
 from .readme import readme
 from .wiring import Inputs
@@ -36,6 +37,17 @@ from .wiring import Inputs
 TOKENS_MAX = 2048
 """Default ``tokens.max``: the largest prefill chunk (and the rows workspaces are sized for);
 the context is the capacity the caller picks, not this."""
+
+
+class Extension(Protocol):
+    """A manifest that extends the target's (``kern-gen dspark``): its own programs over the
+    same wiring inputs, the weights and states the capture does not hold, a report section."""
+
+    def check(self, cfg: C.ModelConfig) -> None: ...
+    def programs(self, g: Inputs) -> list[Program]: ...
+    def weights(self, cfg: C.ModelConfig) -> dict[str, list[int]]: ...
+    def states(self, kv: KVLayout) -> dict[str, int]: ...
+    def readme(self, asm: Assembler, programs: list[Program]) -> str: ...
 
 
 @dataclass
@@ -108,9 +120,10 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
-             attention: str = DEFAULT_ATTENTION) -> Result:
+             attention: str = DEFAULT_ATTENTION, extension: Extension | None = None) -> Result:
     """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`);
-    ``attention``: the decode attention (:data:`.own.DECODE_ATTENTION`)."""
+    ``attention``: the decode attention (:data:`.own.DECODE_ATTENTION`); ``extension``: its
+    programs replace the plain ones (DSpark)."""
     check_impl(gemm)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
@@ -139,10 +152,15 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
     dg, pg = choose_groups(facts)
     kv = KVLayout.of(cfg, max_len)
-    programs = build(Inputs(facts, cfg, arch, kv, dg, pg))
+    g = Inputs(facts, cfg, arch, kv, dg, pg)
+    if extension is not None:
+        extension.check(cfg)
+    programs = build(g) if extension is None else extension.programs(g)
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
-                    merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention)
+                    merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
+                    extra_weights=extension.weights(cfg) if extension else None,
+                    extra_states=extension.states(kv) if extension else None)
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)
@@ -172,6 +190,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
                                                "head_dim": cfg.head_dim}}}}
     pbytes = (json.dumps(plan, indent=1) + "\n").encode()
     text = readme(facts, cfg, arch, asm, programs, dg, pg, kv, tmax, command)
+    if extension is not None:
+        text += extension.readme(asm, programs)
     return Result(mbytes, pbytes, text.encode(), cubins)
 
 

@@ -27,10 +27,11 @@ def prefill(g: Inputs) -> Program:
     return w.finish(w.ops[:w.last_cache_write])
 
 
-def decode(g: Inputs) -> Program:
+def decode(g: Inputs, name: str = "decode") -> Program:
     """One token: the one-token graph's whole forward, logits into the contract's
-    ``logits`` and the greedy argmax into ``next_token``."""
-    w = wire(g, Cut("decode", g.decode_group, one_token=True, logits=LOGITS,
+    ``logits`` and the greedy argmax into ``next_token`` (``name``: DSpark's
+    ``decode_spec`` is this program plus taps)."""
+    w = wire(g, Cut(name, g.decode_group, one_token=True, logits=LOGITS,
                     argmax_out=NEXT_TOKEN))
     return w.finish(_whole_forward(w))
 
@@ -64,9 +65,10 @@ PROGRAMS: dict[str, Callable[[Inputs], Program]] = {
     "prefill": prefill, "decode": decode, "verify": verify, "batch": batch}
 """Program name -> the function that wires it, as captured (unmerged); manifest order."""
 
-FEW_ROWS = frozenset({"decode", "verify"})
+FEW_ROWS = frozenset({"decode", "verify", "decode_spec", "draft"})
 """The programs whose row count is small by construction: ``decode`` (1 row) and ``verify``
-(``tokens`` = k + 1 rows, k <= 15 by the caller contract, usually a few), where a GEMM streams
+(``tokens`` = k + 1 rows, k <= 15 by the caller contract, usually a few) and DSpark's
+``decode_spec`` (1 row) and ``draft`` (the block, <= 15 rows), where a GEMM streams
 its weights; their GEMMs get the implementation chosen with ``--gemm`` (:mod:`.gemm`), while
 ``prefill`` and ``batch`` (up to ``tokens.max`` rows) keep cuBLASLt."""
 

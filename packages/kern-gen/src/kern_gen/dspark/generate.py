@@ -1,0 +1,67 @@
+"""``kern-gen dspark``: the llama pipeline (:func:`kern_gen.llama.pipeline.generate`) with the
+DSpark draft as its extension: the seven programs of :mod:`.programs`, the draft's weights and
+KV states, and a report section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..llama.config import ModelConfig
+from ..llama.ir import Program
+from ..llama.kv import KVLayout
+from ..llama.pipeline import Result, generate as generate_llama
+from ..llama.wiring import Inputs
+from . import names, programs, spec as S
+from .spec import DraftSpec
+
+
+@dataclass(frozen=True)
+class DSpark:
+    spec: DraftSpec
+
+    def check(self, cfg: ModelConfig) -> None:
+        S.check(self.spec, cfg)
+
+    def programs(self, g: Inputs) -> list[Program]:
+        return programs.build(g, self.spec)
+
+    def weights(self, cfg: ModelConfig) -> dict[str, list[int]]:
+        return names.weights(self.spec, cfg)
+
+    def states(self, kv: KVLayout) -> dict[str, int]:
+        return names.states(self.spec, kv)
+
+    def readme(self, asm: Any, progs: list[Program]) -> str:
+        return readme(self.spec, asm, progs)
+
+
+def generate(capture: Path, config: Path | None, draft: Path, **kw: Any) -> Result:
+    """The target manifest of ``capture`` with the draft ``draft`` (its dspark.json)."""
+    return generate_llama(capture, config, extension=DSpark(S.load(draft)), **kw)
+
+
+def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
+    n = {p.name: len(p.ops) for p in progs}
+    taps = ", ".join(str(t) for t in spec.tap_layers)
+    tap_gemms = {p.name: sum(o.label.startswith("tap") for o in p.ops) for p in progs}
+    lines = [
+        "", "## DSpark draft (`kern-gen dspark`, docs/dspark.md)", "",
+        f"- Draft: {spec.layers} layer(s) of the target's geometry, block {spec.block}, "
+        f"Markov rank {spec.markov_rank}, taps after target layers {taps} "
+        f"(from `{Path(spec.path).name}`).",
+        f"- Dispatches: " + ", ".join(f"`{k}` {v}" for k, v in n.items()) + ".",
+        f"- Tap GEMMs (into `carry`): " + ", ".join(f"`{k}` {v}" for k, v in
+                                                    tap_gemms.items() if v) + ". Each tap "
+        "is one GEMM per stored operand of the state after its layer (layer i + 1's fused "
+        "input norm: its in_out sum, else each summand; the projection is linear).",
+        "- The draft layers are the target's captured layer kernels on `draft.layers.{j}` "
+        "weights and `draft.kv.L{j}` states; `draft` ends with the target's next input-norm "
+        "kernel on `draft.norm.weight`, the shared lm_head on every row and the Markov head "
+        f"unrolled {spec.block}x (own gather, cuBLASLt β = 1 GEMM, own argmax); "
+        "`draft_precompute` runs layer 0's plain RMSNorm kernel on `carry` "
+        "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path.",
+        "- No own kernel was added for the draft: the non-causal block is the caller's "
+        "`kv_lens` (p + block for every row).", ""]
+    return "\n".join(lines)
