@@ -40,7 +40,7 @@ def test_an_op_without_emitter_is_refused():
     prog = Program("draft", 1, [Op("mystery", "L0.x")], {})
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
-    assert {"mined", "gemm", "embedding", "angles", "attention", "argmax"} == set(EMIT)
+    assert {"mined", "gemm", "gemm_acc", "embedding", "angles", "attention", "argmax"} == set(EMIT)
 
 
 def _gemm_op():
@@ -62,7 +62,7 @@ def test_the_gemm_step_comes_from_gemm_impls():
     assert st == step("extern:cublaslt_bf16_tn", st["params"], [1, 1, 1], [1, 1, 1],
                       [{"arg": i} for i in range(6)])
     assert "cubin" not in st and "shared_mem" not in st
-    assert list(GEMM_IMPLS) == ["cublaslt", "gemv"] and FEW_ROWS == {"decode", "verify"}
+    assert list(GEMM_IMPLS) == ["cublaslt", "gemv"] and FEW_ROWS == {"decode", "verify", "decode_spec", "draft"}
     with pytest.raises(WiringError, match="GEMM implementation `tiled`: the generator has "
                                           "cublaslt, gemv"):
         EMIT["gemm"](_asm(gemm_impl="tiled"), "decode", _gemm_op(), 1)

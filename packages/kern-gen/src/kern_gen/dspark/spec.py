@@ -77,9 +77,9 @@ def check(spec: DraftSpec, cfg: ModelConfig) -> None:
         bad.append(f"`family` {spec.family!r} but the target is {cfg.model_type!r}")
     if spec.target_layers != cfg.layers:
         bad.append(f"`target_layers` {spec.target_layers} but the target has {cfg.layers}")
-    if not 1 <= spec.layers <= cfg.layers:
-        bad.append(f"`layers` {spec.layers} outside 1 … {cfg.layers} (the draft's layers are "
-                   f"wired from the target's first ones)")
+    if not 1 <= spec.layers < cfg.layers:
+        bad.append(f"`layers` {spec.layers} outside 1 … {cfg.layers - 1} (the draft's layers "
+                   f"are the target's first ones, and layer n's input norm is its final norm)")
     if not 2 <= spec.block <= MAX_BLOCK:
         bad.append(f"`block` {spec.block} outside 2 … {MAX_BLOCK}")
     t = list(spec.tap_layers)

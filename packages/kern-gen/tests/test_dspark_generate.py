@@ -1,0 +1,267 @@
+"""kern-gen dspark on the committed captures (docs/dspark.md): a tiny draft (1 layer, block 3,
+Markov rank 8) generates for both families and verifies clean; the taps read exactly the
+residual state after each tap layer (an independent symbolic replay of Inductor's residual
+bookkeeping); the draft programs run the target's captured kernels on the draft's weights and
+KV; each new wiring assertion refuses an altered fact."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import kern_manifest
+import pytest
+from kg_own import own_committed
+from kern_mine import encode_json, mine
+
+from kern_gen.dspark import draft as D
+from kern_gen.dspark import spec as S
+from kern_gen.dspark import taps as T
+from kern_gen.dspark.generate import DSpark
+from kern_gen.dspark.programs import ORDER, build
+from kern_gen.llama import WiringError, generate
+from kern_gen.llama import config as C
+from kern_gen.llama.arch import ARCHS
+from kern_gen.llama.command import PRESETS
+from kern_gen.llama.facts import load
+from kern_gen.llama.ir import CARRY, Op, Ref, is_weight, reads, writes
+from kern_gen.llama.kv import KVLayout
+from kern_gen.llama.pipeline import choose_groups
+from kern_gen.llama.wiring import Inputs
+
+ROOT = Path(__file__).resolve().parents[3]
+NAMES = [p for p in ("llama", "qwen3") if (ROOT / PRESETS[p][0]).is_dir()]
+
+
+def tiny(cfg: C.ModelConfig, **kw) -> S.DraftSpec:
+    L = cfg.layers
+    base = dict(family=cfg.model_type, target_layers=L, layers=1, block=3,
+                tap_layers=tuple(1 + (i * (L - 4)) // 4 for i in range(5)), markov_rank=8,
+                mask_token_id=0)
+    return S.DraftSpec(**{**base, **kw})
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def target(request, tmp_path_factory):
+    cap, cfg_path, out = (ROOT / p for p in PRESETS[request.param][:3])
+    mined = tmp_path_factory.mktemp("mined") / "m.json"
+    mined.write_bytes(encode_json(mine(cap)))
+    facts = load(cap, mined, None)
+    cfg = C.load(cfg_path)
+    dg, pg = choose_groups(facts)
+    g = Inputs(facts, cfg, ARCHS[cfg.model_type],
+               KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)
+    return dict(name=request.param, cap=cap, cfg_path=cfg_path, out=out, mined=mined, g=g,
+                cfg=cfg, progs={p.name: p for p in build(g, tiny(cfg))})
+
+
+def test_tiny_draft_generates_and_verifies_clean(target):
+    cfg = target["cfg"]
+    r = generate(target["cap"], target["cfg_path"], mined=target["mined"],
+                 own_cubins=own_committed(target["out"]), extension=DSpark(tiny(cfg)))
+    man = kern_manifest.from_obj(__import__("json").loads(r.manifest))
+    assert kern_manifest.verify(man) == []
+    assert list(man.programs) == list(ORDER)
+    assert set(man.states) - set(KVLayout.of(cfg, 1).states()) == {
+        "draft.kv.L0.k", "draft.kv.L0.v"}
+    bufs = man.buffers
+    assert bufs["draft_tokens"].shape == [3] and bufs["draft_tokens"].cls == "output"
+    assert bufs["carry"].shape == ["tokens", cfg.hidden] and bufs["carry"].cls == "carry"
+    assert "## DSpark draft" in r.readme.decode()
+
+
+def _terms(progs, name: str, cfg) -> dict[int, list[frozenset]]:
+    """Symbolic replay of a tapped program: each buffer holds the set of residual terms it
+    sums (``e`` the embedding, ``a<j>`` / ``m<j>`` layer j's o_proj / down_proj output); a
+    fused norm stores the union of its activation inputs into its in_out pointer. Returns,
+    per tap index, the term sets of the buffers its GEMMs read."""
+    held: dict[str, frozenset] = {}
+    out: dict[int, list[frozenset]] = {}
+    for o in progs[name].ops:
+        if o.kind == "embedding":
+            held[o.args["out"].buf] = frozenset({"e"})
+        elif o.kind in ("gemm", "gemm_acc") and o.label.startswith("tap"):
+            out.setdefault(int(o.label[3]), []).append(held[o.args["a"].buf])
+        elif o.kind == "gemm" and o.label.endswith(("o_proj", "down_proj")):
+            j = o.label.split(".")[0][1:]
+            held[o.args["c"].buf] = frozenset({("a" if "o_proj" in o.label else "m") + j})
+        elif o.kind == "mined" and o.label.endswith("layernorm"):
+            acts = [(d, r.buf) for d, r in o.ptrs.values() if not is_weight(r.buf)]
+            total = frozenset().union(*(held.get(b, frozenset()) for d, b in acts
+                                        if d in ("in", "inout")))
+            for d, b in acts:
+                if d == "inout":
+                    held[b] = total
+                elif d == "out":
+                    held[b] = frozenset()      # normed: no longer a residual term
+        else:
+            for _, r in writes(o):
+                if r.buf in held and r.buf != CARRY.buf:
+                    held[r.buf] = frozenset()
+    return out
+
+
+@pytest.mark.parametrize("program", ["prefill", "decode_spec", "verify"])
+def test_taps_read_exactly_the_state_after_each_tap_layer(target, program):
+    spec = tiny(target["cfg"])
+    got = _terms(target["progs"], program, target["cfg"])
+    for i, layer in enumerate(spec.tap_layers):
+        want = {"e"} | {f"{x}{j}" for j in range(layer + 1) for x in "am"}
+        parts = got[i]
+        assert frozenset().union(*parts) == want, (program, i)
+        assert sum(len(p) for p in parts) == len(want), (program, i, "a term counted twice")
+    kinds = [o.kind for o in target["progs"][program].ops if o.label.startswith("tap")]
+    assert kinds[0] == "gemm" and set(kinds[1:]) == {"gemm_acc"}
+
+
+def test_draft_runs_target_layers_on_draft_weights_and_kv(target):
+    cfg, progs = target["cfg"], target["progs"]
+    dr = progs["draft"]
+    shared = {"model.embed_tokens.weight", "lm_head.weight", "model.rotary_emb.inv_freq"}
+    for o in dr.ops:
+        for r in reads(o) + [r for _, r in writes(o)]:
+            if r.state:
+                assert r.state.startswith("draft.kv.L0."), o.label
+            elif is_weight(r.buf):
+                assert r.buf.startswith("draft.") or r.buf in shared, (o.label, r.buf)
+    labels = [o.label for o in dr.ops]
+    verify = [o.label for o in progs["verify"].ops]
+    cut = labels.index("norm")
+    assert labels[:cut] == verify[:cut]           # the captured layer-0 ops, in order
+    assert labels[cut + 1:] == ["lm_head"] + [f"markov{t}{s}" for t in range(3)
+                                              for s in (".gather", "", ".argmax")]
+    assert dr.ops[cut].site == progs["verify"].ops[cut].site      # layer 1's input norm
+    assert "draft.norm.weight" in [r.buf for r in reads(dr.ops[cut])]
+
+
+def test_precompute_writes_only_the_draft_kv_from_carry(target):
+    pc = target["progs"]["draft_precompute"]
+    states = {r.state for o in pc.ops for _, r in writes(o) if r.state}
+    assert states == {"draft.kv.L0.k", "draft.kv.L0.v"}
+    assert CARRY.buf in [r.buf for r in reads(pc.ops[0])]
+    assert not any(o.kind == "attention" for o in pc.ops)
+    assert all(o.args["a"].buf == "draft_precompute.ctx" for o in pc.ops if o.kind == "gemm")
+
+
+# --- refusals ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(family="qwen2"), "`family`"), (dict(target_layers=3), "`target_layers`"),
+    (dict(layers=0), "`layers`"), (dict(layers=10_000), "`layers`"),
+    (dict(block=1), "`block`"), (dict(block=16), "`block`"),
+    (dict(tap_layers=(1, 1, 2, 3, 4)), "`tap_layers`"),
+    (dict(tap_layers=(1, 2, 3, 4, 10_000)), "`tap_layers`"),
+    (dict(markov_rank=12), "`markov_rank`"), (dict(mask_token_id=-1), "`mask_token_id`"),
+])
+def test_spec_check_refuses(target, change, needle):
+    with pytest.raises(WiringError, match=needle):
+        S.check(tiny(target["cfg"], **change), target["cfg"])
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ('[1]', "JSON object"), ('{"format": "x", "version": 1}', "format"),
+    ('not json', "readable JSON"),
+])
+def test_spec_load_refuses(tmp_path, doc, needle):
+    p = tmp_path / "dspark.json"
+    p.write_text(doc)
+    with pytest.raises(WiringError, match=needle):
+        S.load(p)
+
+
+def test_spec_load_names_missing_and_mistyped_keys(tmp_path):
+    p = tmp_path / "dspark.json"
+    base = dict(format="kern-dspark", version=1, family="llama", target_layers=30, layers=1,
+                block=7, tap_layers=[1, 7, 14, 20, 27], markov_rank=64, mask_token_id=0)
+    import json
+    for key, bad, needle in (("layers", None, "`layers` is missing"),
+                             ("block", "7", "`block` must be an integer"),
+                             ("tap_layers", [1, 2], "5 integers")):
+        doc = {**base, key: bad} if bad is not None else {k: v for k, v in base.items()
+                                                          if k != key}
+        p.write_text(json.dumps(doc))
+        with pytest.raises(WiringError, match=needle):
+            S.load(p)
+    with pytest.raises(WiringError, match="no such file"):
+        S.load(tmp_path / "absent.json")
+
+
+def _norm_index(prog, layer):
+    return T.tap_norm(prog, layer)
+
+
+def test_taps_refuse_a_norm_with_two_in_out_sums(target):
+    prog = target["progs"]["verify"]
+    k = _norm_index(prog, 1)
+    o = prog.ops[k]
+    acts = [p for p, (d, r) in o.ptrs.items() if not is_weight(r.buf) and d == "in"]
+    bad = replace(o, ptrs={**o.ptrs, **{p: ("inout", o.ptrs[p][1]) for p in acts[:2]}})
+    with pytest.raises(WiringError, match=r"\d in_out activations"):
+        T.summands(prog, bad)
+    none = replace(o, ptrs={p: v for p, v in o.ptrs.items() if is_weight(v[1].buf)})
+    with pytest.raises(WiringError, match="reads no activation"):
+        T.summands(prog, none)
+
+
+def test_taps_refuse_a_missing_tap_norm(target):
+    prog = target["progs"]["verify"]
+    layer = tiny(target["cfg"]).tap_layers[1]
+    k = _norm_index(prog, layer)
+    gone = replace(prog, ops=prog.ops[:k] + prog.ops[k + 1:])
+    with pytest.raises(WiringError, match=f"0 ops `L{layer + 1}.input_layernorm`"):
+        T.add_taps(gone, tiny(target["cfg"]), target["cfg"])
+
+
+def _patched_wire(monkeypatch, edit):
+    real = D.wire
+
+    def fake(g, cut):
+        w = real(g, cut)
+        edit(w)
+        return w
+    monkeypatch.setattr(D, "wire", fake)
+
+
+def test_draft_refuses_a_final_norm_with_two_outputs(target, monkeypatch):
+    def edit(w):
+        k = D._index(w, "L1.input_layernorm")
+        o = w.ops[k]
+        p_in = [p for p, (d, r) in o.ptrs.items() if d == "in" and not is_weight(r.buf)][0]
+        w.ops[k] = replace(o, ptrs={**o.ptrs, p_in: ("out", o.ptrs[p_in][1])})
+    _patched_wire(monkeypatch, edit)
+    with pytest.raises(WiringError, match="writes 2 outputs"):
+        D.draft(target["g"], tiny(target["cfg"]))
+
+
+def test_precompute_refuses_a_layer0_norm_that_adds(target, monkeypatch):
+    def edit(w):
+        k = D._index(w, "L0.input_layernorm")
+        o = w.ops[k]
+        w.ops[k] = replace(o, ptrs={**o.ptrs, 99: ("in", Ref(buf=f"{w.program}.embed.out"))})
+    _patched_wire(monkeypatch, edit)
+    with pytest.raises(WiringError, match="not a plain RMSNorm"):
+        D.precompute(target["g"], tiny(target["cfg"]))
+
+
+def test_precompute_refuses_a_k_proj_not_reading_its_layers_norm(target, monkeypatch):
+    def edit(w):
+        k = D._index(w, "L0.self_attn.k_proj", "gemm")
+        w.ops[k] = replace(w.ops[k], args={**w.ops[k].args, "a": Ref(buf="elsewhere")})
+    _patched_wire(monkeypatch, edit)
+    with pytest.raises(WiringError, match="does not read its layer's input norm"):
+        D.precompute(target["g"], tiny(target["cfg"]))
+
+
+def test_precompute_refuses_a_reader_whose_producer_was_cut(target, monkeypatch):
+    """A dropped op (q_proj) writing the buffer the kept K writer reads, after k_proj: in the
+    cut, the read would see k_proj's value instead of the captured producer's."""
+    def edit(w):
+        kc = D._index(w, "L0.k_rope_cache")
+        kp = D._index(w, "L0.self_attn.k_proj", "gemm")
+        k_out = w.ops[kp].args["c"]
+        w.ops.insert(kc, Op("gemm", "L0.intruder", None, args={
+            "a": w.ops[kp].args["a"], "w": w.ops[kp].args["w"], "c": k_out,
+            "n": w.ops[kp].args["n"], "k": w.ops[kp].args["k"]}))
+    _patched_wire(monkeypatch, edit)
+    with pytest.raises(WiringError, match="written last by captured op"):
+        D.precompute(target["g"], tiny(target["cfg"]))
