@@ -265,3 +265,38 @@ def test_precompute_refuses_a_reader_whose_producer_was_cut(target, monkeypatch)
     _patched_wire(monkeypatch, edit)
     with pytest.raises(WiringError, match="written last by captured op"):
         D.precompute(target["g"], tiny(target["cfg"]))
+
+
+EXAMPLES = [t for t in ("llama", "qwen3")
+            if (ROOT / f"examples/{'smollm2-135m' if t == 'llama' else 'qwen3-4b'}-dspark"
+                / "manifest.json").exists()]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_dspark_example_regenerates_byte_for_byte(name, tmp_path):
+    """``uv run --frozen kern-gen dspark <name>`` rewrites the committed example exactly
+    (own cubins taken from the committed example: no nvcc needed)."""
+    from kern_gen.dspark.command import TARGETS
+    from kern_gen.dspark.generate import generate as gen_dspark
+    from kern_gen.llama.pipeline import write
+    cap, cfg_path = (ROOT / p for p in PRESETS[name][:2])
+    out = ROOT / TARGETS[name][0]
+    r = gen_dspark(cap, cfg_path, out / "dspark.json", label=TARGETS[name][1],
+                   command=f"uv run --frozen kern-gen dspark {name}",
+                   own_cubins=own_committed(out))
+    write(r, tmp_path)
+    for f in ("manifest.json", "export-plan.json", "README.md"):
+        assert (tmp_path / f).read_bytes() == (out / f).read_bytes(), f
+    got = sorted(p.name for p in (tmp_path / "kernels").iterdir())
+    assert got == sorted(p.name for p in (out / "kernels").iterdir())
+    for n in got:
+        assert (tmp_path / "kernels" / n).read_bytes() == (out / "kernels" / n).read_bytes()
+
+
+def test_cli_refuses_an_unknown_target_and_a_missing_draft_config(tmp_path):
+    from typer.testing import CliRunner
+    from kern_gen.cli import app
+    r = CliRunner().invoke(app, ["dspark", "mistral"])
+    assert r.exit_code == 2 and "target `mistral`" in r.output
+    r = CliRunner().invoke(app, ["dspark", "llama", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "dspark.json" in r.output and "Traceback" not in r.output
