@@ -174,3 +174,64 @@ class FakeEvent:
 
 
 __all__ = ["DSparkRuntime", "FakeEvent", "M64", "Violation", "mix", "mix_np"]
+
+
+# -- a DSpark bundle on disk (manifest, dspark.json, draft.safetensors) -----------------------
+HIDDEN = 8
+
+
+def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1) -> dict:
+    """:func:`krun_fakes.contract_manifest` with verify, plus what docs/dspark.md adds: the
+    draft KV states, ``carry``, ``draft_tokens``, two ``draft.*`` weights and the three
+    programs (one made-up kernel each; the fake runtime never launches them)."""
+    from krun_fakes import contract_manifest
+    doc = contract_manifest(max_tokens=max_tokens, vocab=vocab, verify=True)
+    for j in range(layers):
+        for kv in "kv":
+            doc["states"][f"draft.kv.L{j}.{kv}"] = {"bytes_per_token": 64}
+    doc["buffers"]["carry"] = {"dtype": "bf16", "shape": ["tokens", HIDDEN], "class": "carry"}
+    doc["buffers"]["draft_tokens"] = {"dtype": "i64", "shape": ["tokens"], "class": "output"}
+    doc["buffers"]["draft.norm.weight"] = {"dtype": "bf16", "shape": [HIDDEN],
+                                           "class": "weight"}
+    doc["buffers"]["draft.markov_w1.weight"] = {"dtype": "bf16", "shape": [vocab, 4],
+                                                "class": "weight"}
+    states = [f"draft.kv.L{j}.{kv}" for j in range(layers) for kv in "kv"]
+    params = (["in buffer<i64>", "in buffer<i64>"] + ["inout ptr"] * len(states)
+              + ["inout buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>", "out buffer<i64>"])
+    doc["kernels"]["draft_step"] = {"params": params, "impl": {"steps": [{
+        "symbol": "fake_draft", "params": params, "block": [1, 1, 1], "grid": [1, 1, 1],
+        "args": [{"arg": i} for i in range(len(params))]}]}}
+    args = [{"buf": "token_ids"}, {"buf": "positions"}] + [{"state": n} for n in states] + [
+            {"buf": "carry"}, {"buf": "draft.norm.weight"}, {"buf": "draft.markov_w1.weight"},
+            {"buf": "draft_tokens"}]
+    for p in ("decode_spec", "draft", "draft_precompute"):
+        doc["programs"][p] = {"dispatches": [{"kernel": "draft_step", "args": args}]}
+    return doc
+
+
+def dspark_config(**over) -> dict:
+    cfg = {"format": "kern-dspark", "version": 1, "target": "fake/model", "family": "llama",
+           "target_layers": 30, "layers": 1, "block": 7, "tap_layers": [1, 7, 14, 20, 27],
+           "markov_rank": 4, "mask_token_id": 3, "seed": 0, "trained": None}
+    return cfg | over
+
+
+def write_draft(path, tensors: dict) -> None:
+    """A safetensors file of bf16 zeros: ``tensors`` name -> shape."""
+    from kern_weights import SafetensorsWriter, Slot
+    slots = [Slot(n, "bf16", tuple(s)) for n, s in tensors.items()]
+    with SafetensorsWriter(path, slots, {"format": "pt"}) as w:
+        for sl in slots:
+            w.write(sl.name, np.zeros(sl.shape, np.uint16))
+
+
+def write_bundle(d, vocab: int, config: dict | None = None, draft: dict | None = None):
+    """manifest.json, kernels/, dspark.json and draft.safetensors in folder ``d``."""
+    import json
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "manifest.json").write_text(json.dumps(dspark_manifest(vocab)))
+    (d / "kernels").mkdir(exist_ok=True)
+    (d / "dspark.json").write_text(json.dumps(config or dspark_config()))
+    write_draft(d / "draft.safetensors", draft if draft is not None else {
+        "draft.norm.weight": [HIDDEN], "draft.markov_w1.weight": [vocab, 4]})
+    return d / "manifest.json"

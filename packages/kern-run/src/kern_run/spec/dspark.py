@@ -79,14 +79,13 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     vocab: int | None = None, table_pages: int | None = None,
                     on_token: Callable[[int], None] | None = None, capture: bool = True,
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
-                    clock: Callable[[], float] = time.perf_counter, **_: object) -> SpecResult:
+                    clock: Callable[[], float] = time.perf_counter) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
     and the one-row decode). The arguments shared with ``generate`` mean the same;
     ``gpu_timer``: a factory of GPU timing events (:mod:`.dspark_timing`) for the GPU time
-    split, None for host clocks only. Other keywords (``ngram``, ``proposer``) are ignored,
-    so that :func:`~kern_run.spec.check.spec_check` can pass its common set."""
+    split, None for host clocks only."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
