@@ -235,3 +235,48 @@ def write_bundle(d, vocab: int, config: dict | None = None, draft: dict | None =
     write_draft(d / "draft.safetensors", draft if draft is not None else {
         "draft.norm.weight": [HIDDEN], "draft.markov_w1.weight": [vocab, 4]})
     return d / "manifest.json"
+
+
+class _Ready:
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def wait(self) -> np.ndarray:
+        return self.value
+
+
+class NullDSpark:
+    """No model and no records, to time the DSpark loop's own host work: ``draft`` proposes
+    1 … B, ``verify`` predicts every draft (all accepted) and continues with the last one."""
+
+    def __init__(self, max_tokens: int = 16, block: int = 7) -> None:
+        self.ids = np.zeros(max_tokens, np.int64)
+        self.block_out = np.arange(1, block + 1, dtype=np.int64)
+        self.t = 1
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        if name == "token_ids":
+            self.ids[:len(array)] = array
+
+    def copy(self, dst: str, src: str, symbols=None) -> None:
+        pass
+
+    def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
+        self.t = symbols["tokens"]
+
+    def read_async(self, name: str, symbols=None) -> _Ready:
+        t = self.t
+        if name == "draft_tokens":
+            return _Ready(self.block_out.copy())
+        if name == "predictions":
+            out = np.empty(t, np.int64)
+            out[:t - 1] = self.ids[1:t]
+            out[t - 1] = self.ids[t - 1]
+            return _Ready(out)
+        return _Ready(np.array([1], np.int64))
+
+    def synchronize(self) -> None:
+        pass
+
+    def capture(self, program: str, symbols: dict[str, int]) -> None:
+        pass
