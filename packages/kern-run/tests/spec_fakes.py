@@ -144,7 +144,9 @@ class KVModelRuntime:
         if set(symbols) != {"tokens"}:
             raise Violation(f"symbols {symbols}")
         t = symbols["tokens"]
-        limit = {"prefill": self.max_tokens, "decode": 1, "verify": self.verify_max}[program]
+        limit = self.limits().get(program)
+        if limit is None:
+            raise Violation(f"unknown program `{program}`")
         if not 1 <= t <= limit:
             raise Violation(f"{program} with tokens = {t}")
         if graph and (program, t) not in self.captured:
@@ -161,7 +163,7 @@ class KVModelRuntime:
         for i, q in zip(ids.tolist(), pos.tolist()):
             self.kv[q] = np.uint64(self.entry(i, q))
             self.kv_tok[q] = i
-        if program == "decode":
+        if program in ("decode", "decode_spec"):
             lg = self.row_logits(p0)
             self.buffers["logits"][0] = lg
             self.buffers["next_token"][0] = self.argmax(lg)
@@ -176,10 +178,18 @@ class KVModelRuntime:
                     if lg[best] - lg[second] < 0.05:
                         best = second
                 self.buffers["predictions"][r] = best
+        self.after_run(program, pos)
         if self.poison:
             end = p0 + t
             self.kv[end:] = self._rng.integers(0, 2**63, self.capacity - end, dtype=np.uint64)
             self.kv_tok[end:] = self._rng.integers(0, self.vocab, self.capacity - end)
+
+    def limits(self) -> dict[str, int]:
+        """program -> the most ``tokens`` it takes."""
+        return {"prefill": self.max_tokens, "decode": 1, "verify": self.verify_max}
+
+    def after_run(self, program: str, pos: np.ndarray) -> None:
+        """Hook: the call's KV rows and outputs are written (nothing past it poisoned yet)."""
 
     def check_paged(self, program: str, pos: np.ndarray) -> None:
         """One sequence: consecutive positions, slot = position, the identity table in every

@@ -38,3 +38,29 @@ def test_kern_spec_aggregates_both_sets(tok):
     spec_set_rows(rep, out, None)
     assert [r.case for r in rep.rows].count("spec input-grounded") == 3
     assert any("τ" in r.what for r in rep.rows)
+
+
+def test_dspark_spec_aggregates_both_sets_and_renders(tok):
+    """The DSpark rows on the numpy DSpark stand-in: plain vs DSpark per prompt, the
+    per-position acceptance and split aggregated, one GPU-event run per set (none here: the
+    fake is no kern runtime, so its GPU split stays empty)."""
+    from dspark_fakes import DSparkRuntime
+    from kern_run.bench.dspark import dspark_rows, dspark_spec
+    from kern_run.spec.dspark import DraftSpec
+    from kern_run.spec.setup import SpecPlan
+    rt = DSparkRuntime(vocab=49152, capacity=2048, max_tokens=1024, block=7, mask=3,
+                       plan=lambda r, p: 2, seed=5)
+    info = SimpleNamespace(max_tokens=1024, vocab=49152)
+    plan = SpecPlan("dspark", 7, 16, draft=DraftSpec(7, 3))
+    out = dspark_spec(rt, info, tok, plan, steps=24, capacity=2048, limit=2)
+    for r in out.values():
+        assert r["prompts"] == 2 and r["bugs"] == [] and r["identical"] == 2
+        # two drafts accepted per full round: 3 tokens a round but the shortened last one
+        assert r["conditional"][:3] == [1.0, 1.0, 0.0] and 2.5 <= r["tau"] <= 3.0
+        assert r["draft_ms_per_round"] > 0 and r["verify_ms_per_round"] > 0
+        assert r["gpu"] == {"gpu_draft_ms_per_round": None, "gpu_verify_ms_per_round": None,
+                            "gpu_precompute_ms_per_round": None}
+    rep = Report()
+    dspark_rows(rep, {**out, "_block": 7})
+    assert [r.case for r in rep.rows].count("dspark open-chat") == 4
+    assert any("τ" in r.what and "block 7" in r.note for r in rep.rows)

@@ -63,7 +63,8 @@ def test_spec_needs_a_verify_program(tmp_path):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--spec", "dspark"], "--spec 'dspark': the drafters are `ngram`"),
+    (["--spec", "dspark"], "has no `draft` program (no DSpark draft"),
+    (["--spec", "medusa"], "--spec 'medusa': give no value"),
     (["--spec-check"], "--spec-check needs --spec"),
     (["--spec", "ngram", "--spec-ngram", "x"], "--spec-ngram 'x': give MIN:MAX"),
     (["--spec", "ngram", "--spec-ngram", "3:2"], "1 ≤ min ≤ max"),

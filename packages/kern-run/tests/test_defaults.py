@@ -70,3 +70,49 @@ def test_weights_exported_once_from_the_gguf(monkeypatch, tmp_path):
     from safetensors import safe_open
     with safe_open(str(out), "np") as f:
         assert list(f.keys()) == ["model.norm.weight"]
+
+
+def test_a_draft_file_beside_the_export_is_not_exported(monkeypatch, tmp_path):
+    """A DSpark manifest's `draft.*` weights come from draft.safetensors, the rest from the
+    GGUF; a draft weight in neither is one clear error naming both."""
+    try:
+        gguf = gguf_path()
+    except KernRunError as err:
+        pytest.skip(str(err))
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    monkeypatch.setenv("KERN_CACHE", str(tmp_path / "cache"))
+    doc = json.loads((Path(__file__).parents[3] / "examples" / "toy" / "manifest.json").read_text())
+    for b in list(doc["buffers"]):
+        if doc["buffers"][b]["class"] == "weight":
+            del doc["buffers"][b]
+    doc["buffers"]["model.norm.weight"] = {"dtype": "bf16", "shape": [576], "class": "weight"}
+    doc["buffers"]["draft.norm.weight"] = {"dtype": "bf16", "shape": [576], "class": "weight"}
+    m = tmp_path / "manifest.json"
+    m.write_text(json.dumps(doc))
+    with pytest.raises(KernRunError) as ei:
+        defaults.ensure_weights(m, None, gguf, log=lambda s: None)
+    assert "`draft.norm.weight` not found" in str(ei.value)
+    draft = tmp_path / "draft.safetensors"
+    save_file({"draft.norm.weight": np.zeros(576, np.float16)}, str(draft))
+    out = defaults.ensure_weights(m, None, gguf, log=lambda s: None, provided=[draft],
+                                  example="smollm2-135m-dspark")
+    assert out.parent == tmp_path / "cache" / "smollm2-135m-dspark"
+    with safe_open(str(out), "np") as f:
+        assert list(f.keys()) == ["model.norm.weight"]
+
+
+def test_default_example_follows_spec(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERN_EXAMPLES", str(tmp_path))
+    assert defaults.default_example(None) == ("smollm2-135m", None)
+    name, note = defaults.default_example("auto")
+    assert name == "smollm2-135m" and "ngram" in note
+    with pytest.raises(KernRunError, match="--spec dspark: the bundled DSpark example"):
+        defaults.default_example("dspark")
+    d = tmp_path / "smollm2-135m-dspark"
+    d.mkdir()
+    (d / "manifest.json").write_text("{}")
+    assert defaults.default_example("auto") == ("smollm2-135m-dspark", None)
+    assert defaults.default_example("dspark") == ("smollm2-135m-dspark", None)
+    assert defaults.default_example("ngram") == ("smollm2-135m", None)

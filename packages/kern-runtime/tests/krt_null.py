@@ -190,10 +190,16 @@ class NullEvent:
         assert self.alive, "event used after destroy"
         self.dev._not_capturing("event record")
         self.dev._log("record", stream.id)
+        self.at = len(self.dev.calls)
 
     def synchronize(self) -> None:
         assert self.alive, "event used after destroy"
         self.dev._log("wait event")
+
+    def elapsed_ms(self, since: "NullEvent") -> float:
+        """Null time: the device calls logged between the two records."""
+        assert self.alive and since.alive, "event used after destroy"
+        return float(self.at - since.at)
 
     def destroy(self) -> None:
         self.alive = False

@@ -61,6 +61,23 @@ VERIFY = "verify"
 PREDICTIONS = "predictions"
 #: The most tokens one ``verify`` call takes (an anchor and at most 15 drafts).
 VERIFY_MAX = 16
+#: DSpark (docs/dspark.md): a draft model in the same manifest. ``decode_spec`` is decode plus
+#: the taps (it writes ``carry`` row 0); ``draft`` runs ``tokens`` = B block rows and writes
+#: ``draft_tokens``; ``draft_precompute`` turns ``carry`` rows 0 … tokens−1 (the last tapped
+#: call's) into the draft KV of the positions/slots those rows had.
+DECODE_SPEC = "decode_spec"
+DRAFT = "draft"
+DRAFT_PRECOMPUTE = "draft_precompute"
+#: The programs a DSpark caller runs (``batch`` is the engine's, not the caller's).
+DSPARK_PROGRAMS = (PREFILL, DECODE, DECODE_SPEC, VERIFY, DRAFT, DRAFT_PRECOMPUTE)
+#: ``carry`` bf16 [tokens, d], class carry: the projected tap features of each row of the
+#: last ``prefill`` / ``decode_spec`` / ``verify``; ``draft_tokens`` i64 [tokens], output.
+CARRY = "carry"
+DRAFT_TOKENS = "draft_tokens"
+#: The draft's KV states: ``draft.kv.L{j}.k`` / ``.v`` for draft layers j = 0 … n−1.
+DRAFT_STATE_PREFIX = "draft.kv.L"
+#: The draft's weights are the manifest weights under this prefix (``draft.safetensors``).
+DRAFT_WEIGHT_PREFIX = "draft."
 
 
 class ContractError(KernError):
@@ -195,3 +212,81 @@ def check_verify(m: Manifest) -> int:
         raise ContractError(*problems)
     sym = m.symbols.get(SYMBOL)
     return min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX)
+
+
+@dataclass(frozen=True)
+class DSparkInfo:
+    """What a DSpark caller learned from a conforming manifest."""
+
+    layers: int              # draft layers (pairs of ``draft.kv.L{j}`` states)
+    hidden: int              # d: the ``carry`` row width
+    verify_max: int          # the most tokens one ``verify`` call takes
+    draft_weights: tuple[str, ...]   # the ``draft.*`` weight buffers, in manifest order
+
+
+def check_dspark(m: Manifest) -> DSparkInfo:
+    """Check ``m`` for DSpark speculation (docs/dspark.md) beside :func:`check_manifest`: the
+    programs of :data:`DSPARK_PROGRAMS`, ``predictions``, ``carry`` and ``draft_tokens`` with
+    their dtypes/shapes/classes, and draft KV states ``draft.kv.L{j}.k/v`` for j = 0 … n−1
+    (n ≥ 1), each per token with the bytes per token of the target's states (the same page
+    pool: slot = position for one sequence). Raises :class:`ContractError` listing every
+    deviation."""
+    problems = [f"DSpark needs a program `{p}`" for p in DSPARK_PROGRAMS
+                if p not in m.programs]
+    problems += _buffer_problem(m, PREDICTIONS, "output", "i64", [SYMBOL])
+    problems += _buffer_problem(m, DRAFT_TOKENS, "output", "i64", [SYMBOL])
+    carry = m.buffers.get(CARRY)
+    hidden = 0
+    if carry is None:
+        problems.append(f"manifest declares no carry buffer `{CARRY}`")
+    elif (carry.cls != "carry" or carry.dtype != "bf16" or len(carry.shape) != 2
+          or carry.shape[0] != SYMBOL or not isinstance(carry.shape[1], int)):
+        problems.append(f"buffer `{CARRY}` is {carry.cls} {carry.dtype}{list(carry.shape)}; "
+                        f"DSpark needs carry bf16['tokens', d] (d: the hidden size)")
+    else:
+        hidden = carry.shape[1]
+    layers, state_problems = _draft_states(m)
+    problems += state_problems
+    if problems:
+        raise ContractError(*(f"manifest `{m.meta.model}`: {p}" for p in problems))
+    sym = m.symbols.get(SYMBOL)
+    weights = tuple(n for n, b in m.buffers.items()
+                    if b.cls == "weight" and n.startswith(DRAFT_WEIGHT_PREFIX))
+    return DSparkInfo(layers=layers, hidden=hidden, draft_weights=weights,
+                      verify_max=min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX))
+
+
+def _draft_states(m: Manifest) -> tuple[int, list[str]]:
+    """(n, problems): the draft layers ``draft.kv.L{j}.k/v`` declare, each state per token
+    with the target states' bytes per token."""
+    draft = {n: st for n, st in m.states.items() if n.startswith(DRAFT_STATE_PREFIX)}
+    target = {n: st for n, st in m.states.items() if n not in draft}
+    want = {st.bytes_per_token for st in target.values()}
+    problems = []
+    if not draft:
+        return 0, [f"manifest declares no draft KV states `{DRAFT_STATE_PREFIX}{{j}}.k` / "
+                   f"`.v`"]
+    if len(want) != 1 or 0 in want:
+        problems.append("the target's KV states must be per-token states of one size (the "
+                        "draft's share their page pool)")
+    layer = {}
+    for name in draft:
+        head, _, kv = name[len(DRAFT_STATE_PREFIX):].partition(".")
+        if head.isdigit() and kv in ("k", "v"):
+            layer[name] = int(head)
+        else:
+            problems.append(f"draft state `{name}` is not named `{DRAFT_STATE_PREFIX}{{j}}.k` "
+                            f"or `.v`")
+    n = max(layer.values(), default=-1) + 1
+    missing = [f"{DRAFT_STATE_PREFIX}{j}.{kv}" for j in range(n) for kv in "kv"
+               if f"{DRAFT_STATE_PREFIX}{j}.{kv}" not in draft]
+    if missing:
+        problems.append(f"draft layers 0 … {n - 1} need both K and V states; missing "
+                        f"{', '.join(f'`{x}`' for x in missing)}")
+    per = next(iter(want)) if len(want) == 1 else None
+    for name, st in sorted(draft.items()):
+        if per and st.bytes_per_token != per:
+            problems.append(f"draft state `{name}` holds {st.bytes_per_token or 0} bytes per "
+                            f"token{' (a fixed state)' if st.bytes_fixed else ''}; the "
+                            f"target's states hold {per}")
+    return n, problems

@@ -2,6 +2,7 @@
 
     kern-run [--manifest M --kernels K --weights W --tokenizer T] [--prompt "…"] [--steps N]
              [--chunk 512] [--capacity C] [--eager] [--chat] [--gpu I]
+             [--spec [dspark|ngram]] [--spec-k K] [--spec-check]
     kern-run bench [--case smollm2 --case qwen3] [--qwen3 DIR] [--no-baseline] [--profile] …
 
 Every error is one clear message (naming the option, file or manifest entry) and a nonzero
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
+
+import sys
 
 import typer
 from kern_manifest import KernError, fail
@@ -47,8 +50,8 @@ def main_command(
     chat: Annotated[bool, typer.Option("--chat", help="wrap the prompt in the model's chat template")] = False,
     gpu: Annotated[int, typer.Option(help="CUDA device index")] = 0,
     summary: Annotated[bool, typer.Option("--summary", help="print the runtime's startup summary")] = False,
-    spec: Annotated[Optional[str], typer.Option(help="speculative decoding through the manifest's `verify` program; drafter: ngram (prompt lookup)")] = None,
-    spec_k: Annotated[int, typer.Option(help="drafts per round (a round verifies k + 1 tokens)")] = 7,
+    spec: Annotated[Optional[str], typer.Option(metavar="[dspark|ngram]", help="speculative decoding (greedy, lossless) through the manifest's `verify`. Bare --spec: DSpark when the manifest has a `draft` program (its dspark.json and draft.safetensors beside the manifest), prompt lookup (ngram) otherwise; without model options bare --spec and --spec dspark run the bundled examples/smollm2-135m-dspark (the same SmolLM2 with its trained draft; if that is absent, bare --spec falls back to ngram on the plain example). --spec dspark|ngram forces the drafter")] = None,
+    spec_k: Annotated[Optional[int], typer.Option(help="drafts per round at most (a round verifies k + 1 tokens; default: 7 for ngram, the draft's block for dspark)")] = None,
     spec_ngram: Annotated[str, typer.Option(help="n-gram lengths MIN:MAX that prompt lookup matches (longest first)")] = "2:4",
     spec_check: Annotated[bool, typer.Option("--spec-check", help="also run plain greedy in the same process and report the first divergence with the plain top-1/top-2 logit gap (exit 1 if above 0.25)")] = False,
 ) -> None:
@@ -183,8 +186,23 @@ def _bench_batch(prompts: int, prompt_len: int, source: str, concurrency: list[i
     _print_report(report, json_out)
 
 
+def bare_spec(args: list[str]) -> list[str]:
+    """``--spec`` takes an optional value: a bare ``--spec`` (last, or followed by another
+    option) becomes ``--spec=auto`` (Typer options have no optional values). The command has
+    no positional arguments, so a following word is always its value; ``bench`` has its own
+    ``--spec`` flag and is left alone."""
+    if args[:1] == ["bench"]:
+        return list(args)
+    out = []
+    for i, a in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        out.append("--spec=auto" if a == "--spec" and (nxt is None or nxt.startswith("-"))
+                   else a)
+    return out
+
+
 def main() -> None:
-    app()
+    app(args=bare_spec(sys.argv[1:]), prog_name="kern-run")
 
 
 if __name__ == "__main__":

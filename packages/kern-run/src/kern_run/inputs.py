@@ -60,8 +60,11 @@ class Inputs:
             self._table_row[-(-capacity // PAGE_TOKENS):] = 0
         self.table_rows = 0           # rows of the identity table already on the device
 
-    def fill(self, ids: Sequence[int] | np.ndarray, pos0: int) -> dict[str, np.ndarray]:
-        """The per-call inputs (the block table aside: :meth:`table`)."""
+    def fill(self, ids: Sequence[int] | np.ndarray, pos0: int,
+             kv_len: int | None = None) -> dict[str, np.ndarray]:
+        """The per-call inputs (the block table aside: :meth:`table`). ``kv_len``: every row
+        attends to that many keys (DSpark's ``draft``: the context and the whole block, the
+        non-causal block); None: row t attends to ``pos0 + t + 1`` (causal)."""
         n = len(ids)
         if not 1 <= n <= self.max_tokens:
             raise KernRunError(f"a call carries 1…{self.max_tokens} tokens, not {n}")
@@ -75,6 +78,8 @@ class Inputs:
             raise KernRunError(f"token id {bad} is outside the model's vocabulary "
                                f"(0…{self.vocab - 1})")
         self._positions(n, pos0)
+        if kv_len is not None:
+            self._lens[:n] = kv_len
         return {TOKEN_IDS: view, POSITIONS: self._pos[:n], SLOTS: self._pos[:n],
                 POS0: self._pos0, KV_LENS: self._lens[:n]}
 
@@ -90,8 +95,9 @@ class Inputs:
                                                   (rows, self._table_row.size)))
             self.table_rows = rows
 
-    def write(self, rt: Writer, ids: Sequence[int] | np.ndarray, pos0: int) -> None:
-        arrays = self.fill(ids, pos0)
+    def write(self, rt: Writer, ids: Sequence[int] | np.ndarray, pos0: int,
+              kv_len: int | None = None) -> None:
+        arrays = self.fill(ids, pos0, kv_len)
         self.table(rt, len(ids))
         for name, arr in arrays.items():
             rt.write(name, arr)

@@ -34,8 +34,8 @@ class RunOptions:
     chat: bool = False
     gpu: int = 0
     summary: bool = False
-    spec: str | None = None      # "ngram": prompt-lookup speculation through `verify`
-    spec_k: int = 7              # drafts per round
+    spec: str | None = None      # "auto" (bare --spec), "dspark", "ngram" (spec.setup)
+    spec_k: int | None = None    # drafts per round (default: 7 for ngram, the block for dspark)
     spec_ngram: tuple[int, int] = (2, 4)
     spec_check: bool = False     # also plain greedy in the same process, first divergence
 
@@ -48,6 +48,8 @@ class Model:
     tokenizer: Path
     default: bool = False
     plan: Path | None = None
+    example: str = ""            # the bundled example's name (default only)
+    note: str | None = None      # printed at start-up (which example --spec picked)
 
 
 def probe_gpu() -> tuple[bool, str]:
@@ -67,8 +69,9 @@ def check_options(o: RunOptions) -> None:
         problems.append(f"--gpu must be a device index ≥ 0 (got {o.gpu})")
     if not o.prompt:
         problems.append("--prompt is empty")
-    if o.spec is not None and o.spec != "ngram":
-        problems.append(f"--spec {o.spec!r}: the drafters are `ngram` (prompt lookup)")
+    if o.spec is not None and o.spec not in ("auto", "dspark", "ngram"):
+        problems.append(f"--spec {o.spec!r}: give no value (DSpark when the manifest has a "
+                        f"draft, else ngram), dspark or ngram")
     if o.spec_check and o.spec is None:
         problems.append("--spec-check needs --spec")
     if problems:
@@ -80,9 +83,11 @@ def resolve_model(o: RunOptions) -> Model:
     ``--kernels`` defaults to ``kernels/`` beside the manifest) or the bundled default."""
     explicit = [o.manifest, o.kernels, o.tokenizer] + list(o.weights)
     if all(x is None for x in explicit):
-        from .defaults import example_files, gguf_path
-        manifest, kernels, plan = example_files()
-        return Model(manifest, kernels, [], gguf_path(), default=True, plan=plan)
+        from .defaults import default_example, example_files, gguf_path
+        name, note = default_example(o.spec)
+        manifest, kernels, plan = example_files(name)
+        return Model(manifest, kernels, [], gguf_path(), default=True, plan=plan,
+                     example=name, note=note)
     problems = []
     if o.manifest is None:
         problems.append("--manifest is required when any of --kernels, --weights, --tokenizer "
@@ -142,64 +147,44 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
 
     check_options(o)
     model = resolve_model(o)
+    if model.note:
+        err.write(model.note + "\n")
     vm, info = read_contract(model.manifest)
     tok = load_tokenizer(model.tokenizer)
     if info.vocab is not None and tok.vocab_size > info.vocab:
         raise KernRunError(f"--tokenizer has {tok.vocab_size} tokens; the manifest's logits "
                            f"cover {info.vocab}: they do not belong to the same model")
-    text = tok.chat_prompt(o.prompt) if o.chat else o.prompt
-    ids = tok.encode(text)
+    ids = tok.encode(tok.chat_prompt(o.prompt) if o.chat else o.prompt)
     if not ids:
         raise KernRunError("--prompt encodes to no tokens")
     cap = CAP.choose(o.capacity, info)       # the limits; GPU memory is checked below
     check_capacity(len(ids), o.steps, cap.limit, fixed=info.context is not None)
-    verify_max = None
-    if o.spec is not None:
-        from .spec import check_spec_options, verify_contract
-        verify_max = verify_contract(vm.manifest)
-        check_spec_options(o.spec_k, o.spec_ngram, info.max_tokens, verify_max)
+    plan = _spec_plan(o, model, vm, info)
     if runtime_factory is None:
         cap, runtime_factory = _on_the_gpu(vm, model, o, info, cap, len(ids))
     err.write(cap.line() + "\n")
     if model.default:
         from .defaults import ensure_weights
+        draft = [plan.draft_file] if plan is not None and plan.draft_file else []
         model.weights = [ensure_weights(model.manifest, model.plan, model.tokenizer,
-                                        log=lambda s: err.write(s + "\n"))]
+                                        log=lambda s: err.write(s + "\n"), provided=draft,
+                                        example=model.example), *draft]
     rt = runtime_factory(vm, model.kernels, weights=model.weights, capacity=cap.load,
                          device=o.gpu)
     try:
         if o.summary:
             err.write(rt.summary().rstrip() + "\n")
-        stream = tok.stream()
-        pieces: list[str] = []
-
-        def emit(t: int) -> None:
-            s = stream.push(t)
-            if s:
-                pieces.append(s)
-                out.write(s)
-                out.flush()
-
-        if not o.chat:
-            out.write(o.prompt)
-            out.flush()
         common = dict(steps=o.steps, chunk=o.chunk, max_tokens=info.max_tokens,
                       eos=tok.eos_ids, eager=o.eager, capacity=cap.limit,
                       fixed_context=info.context is not None, vocab=info.vocab,
-                      table_pages=info.table_pages, on_token=emit)
-        res, report = _generate(rt, ids, o, verify_max, common)
-        tail = stream.flush()
-        if tail:
-            pieces.append(tail)
-            out.write(tail)
-        out.write("\n")
-        out.flush()
+                      table_pages=info.table_pages)
+        res, report, text = _stream(rt, ids, o, plan, common, tok, out)
     finally:
         close = getattr(rt, "close", None)
         if close is not None:
             close()
-    stats = render_stats(res, o, info.max_tokens)
-    if o.spec is not None:
+    stats = render_stats(res, o, info.max_tokens, plan.drafter if plan else None)
+    if plan is not None:
         stats += "\n" + "\n".join(res.spec.lines())
     if report is not None:
         plain = report.plain
@@ -208,7 +193,47 @@ def run(o: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     err.write(stats + "\n")
     if report is not None and report.bug:
         raise SpecCheckFailed(report.describe())
-    return Outcome(res, "".join(pieces), stats)
+    return Outcome(res, text, stats)
+
+
+def _spec_plan(o: RunOptions, model: Model, vm, info):
+    """The checked speculation plan of ``--spec`` (None without it); an explicit DSpark
+    manifest's ``draft.safetensors`` joins ``--weights`` unless it is given there."""
+    if o.spec is None:
+        return None
+    from .spec.setup import plan_spec
+    plan = plan_spec(o.spec, o.spec_k, o.spec_ngram, model.manifest, vm.manifest, info)
+    draft = plan.draft_file
+    if draft is not None and not model.default and \
+            draft.resolve() not in {w.resolve() for w in model.weights}:
+        model.weights.append(draft)
+    return plan
+
+
+def _stream(rt, ids: list[int], o: RunOptions, plan, common: dict, tok, out: TextIO):
+    """Generate (plain, speculative, or both for --spec-check), streaming the text to
+    ``out``: (the streamed run's result, the check report or None, the generated text)."""
+    stream = tok.stream()
+    pieces: list[str] = []
+
+    def emit(t: int) -> None:
+        s = stream.push(t)
+        if s:
+            pieces.append(s)
+            out.write(s)
+            out.flush()
+
+    if not o.chat:
+        out.write(o.prompt)
+        out.flush()
+    res, report = _generate(rt, ids, o, plan, {**common, "on_token": emit})
+    tail = stream.flush()
+    if tail:
+        pieces.append(tail)
+        out.write(tail)
+    out.write("\n")
+    out.flush()
+    return res, report, "".join(pieces)
 
 
 def _on_the_gpu(vm, model: Model, o: RunOptions, info, cap, n_prompt: int):
@@ -243,23 +268,24 @@ def check_artifacts(vm, model: Model, capacity: int | None) -> int:
     return prepare(vm, model.kernels, model.weights, capacity).plan.total
 
 
-def _generate(rt, ids: list[int], o: RunOptions, verify_max: int | None, common: dict):
+def _generate(rt, ids: list[int], o: RunOptions, plan, common: dict):
     """Plain greedy, or speculation (``--spec``), or both (``--spec-check``):
     (the streamed run's result, the check report or None)."""
-    if o.spec is None:
+    if plan is None:
         from .generate import generate
         return generate(rt, ids, **common), None
-    from .spec import spec_check, spec_generate
-    spec = dict(k=o.spec_k, ngram=o.spec_ngram, verify_max=verify_max)
+    from .spec import spec_check
+    from .spec.setup import speculate
+    loop = speculate(plan, rt, gpu_times=True)
     if o.spec_check:
-        report = spec_check(rt, ids, **spec, **common)
+        report = spec_check(rt, ids, speculate=loop, **common)
         return report.spec, report
-    return spec_generate(rt, ids, **spec, **common), None
+    return loop(rt, ids, **common), None
 
 
-def render_stats(res, o: RunOptions, max_tokens: int) -> str:
+def render_stats(res, o: RunOptions, max_tokens: int, drafter: str | None = None) -> str:
     from .chunks import clamp_chunk
-    mode = ("eager" if o.eager else "graphs") + (f", spec {o.spec}" if o.spec else "")
+    mode = ("eager" if o.eager else "graphs") + (f", spec {drafter}" if drafter else "")
     parts = [f"prompt {len(res.prompt)} tokens"]
     if res.prefill_tokens:
         tps = res.prefill_tokens_per_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from .arrays import STORAGE, Array, can_convert, convert, convert_into
 from .derived import DERIVED, Thunk
 from .errors import ExportError
 from .export_plan import Plan, Rule
-from .sources import Source, missing, open_source
+from .sources import Source, missing, open_source, read_safetensors_header
 from .writer import SafetensorsWriter, Slot
 
 
@@ -54,6 +54,7 @@ class Summary:
     bytes: int
     seconds: float
     unused: list[str]  # source tensors no weight used
+    provided: tuple[str, ...] = ()  # weights skipped: another file provides them
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
@@ -73,7 +74,7 @@ def weight_slots(manifest: Manifest) -> list[Slot]:
             for name, b in manifest.buffers.items() if b.cls == "weight"]
 
 
-def _resolve(slot: Slot, rule: Rule, source: Source) -> Recipe:
+def _resolve(slot: Slot, rule: Rule, source: Source, elsewhere: str = "") -> Recipe:
     what = f"weight `{slot.name}` ({rule.origin})"
     if rule.kind == "derived":
         prep = DERIVED.get(rule.derived)
@@ -82,7 +83,8 @@ def _resolve(slot: Slot, rule: Rule, source: Source) -> Recipe:
                               f"(known: {', '.join(sorted(DERIVED))})")
         return Recipe(slot, rule, thunk=prep(rule.params, source.config, slot.shape, what))
     infos = source.tensors()
-    problems = [f"{what}: {missing(source, n)}" for n in rule.sources if n not in infos]
+    problems = [f"{what}: {missing(source, n, elsewhere)}" for n in rule.sources
+                if n not in infos]
     if problems:
         raise ExportError(*problems)
     parts = [infos[n] for n in rule.sources]
@@ -104,17 +106,25 @@ def _resolve(slot: Slot, rule: Rule, source: Source) -> Recipe:
     return Recipe(slot, rule, parts=tuple(rule.sources))
 
 
-def make_recipes(manifest: Manifest, source: Source, plan: Plan) -> list[Recipe]:
-    """A recipe for every weight of ``manifest``; every problem found is raised at once."""
-    slots = weight_slots(manifest)
+def make_recipes(manifest: Manifest, source: Source, plan: Plan,
+                 provided: Mapping[str, str] | None = None) -> list[Recipe]:
+    """A recipe for every weight of ``manifest`` but those in ``provided`` (weight name ->
+    the file that holds it: the caller loads that file beside the export, e.g. a DSpark
+    draft's ``draft.safetensors``); every problem found is raised at once."""
+    provided = provided or {}
+    slots = [s for s in weight_slots(manifest) if s.name not in provided]
     if not slots:
-        raise ExportError("manifest declares no `weight` buffers; nothing to export")
+        raise ExportError("manifest declares no `weight` buffers; nothing to export"
+                          if not provided else "every weight of the manifest is provided "
+                          "by the given files; nothing to export")
     names = set(source.tensors())
+    files = sorted(set(provided.values()))
+    elsewhere = (f", nor in {', '.join(f'`{f}`' for f in files)}" if files else "")
     recipes, problems = [], []
     for slot in slots:
         try:
             recipes.append(_resolve(slot, plan.rule(slot.name, names, dict(source.config)),
-                                    source))
+                                    source, elsewhere))
         except ExportError as err:
             problems.extend(err.problems)
     if problems:
@@ -154,10 +164,12 @@ def _check_loaded(a: Array, name: str, source: Source) -> None:
 
 def export(manifest: Manifest, source: Source, out: str | os.PathLike, plan: Plan | None = None,
            *, progress: Callable[[Progress], Any] | None = None,
-           metadata: dict[str, str] | None = None) -> Summary:
-    """Write every weight of ``manifest`` from ``source`` into the safetensors file ``out``."""
+           metadata: dict[str, str] | None = None,
+           provided: Mapping[str, str] | None = None) -> Summary:
+    """Write every weight of ``manifest`` from ``source`` into the safetensors file ``out``,
+    but those ``provided`` by another file (:func:`make_recipes`)."""
     t0 = time.monotonic()
-    recipes = make_recipes(manifest, source, plan or Plan())
+    recipes = make_recipes(manifest, source, plan or Plan(), provided)
     used = {n for r in recipes for n in r.parts}
     unused = sorted(set(source.tensors()) - used)
     meta = {"format": "pt", "producer": "kern-gen export", "model": manifest.meta.model}
@@ -171,19 +183,27 @@ def export(manifest: Manifest, source: Source, out: str | os.PathLike, plan: Pla
             if progress is not None:
                 progress(Progress(i + 1, len(recipes), r.slot.name, done, w.total,
                                   time.monotonic() - t0))
-    return Summary(Path(out), len(recipes), done, time.monotonic() - t0, unused)
+    return Summary(Path(out), len(recipes), done, time.monotonic() - t0, unused,
+                   tuple(sorted(provided or {})))
 
 
 def export_files(manifest: Manifest | str | os.PathLike, source: Source | str | os.PathLike,
                  out: str | os.PathLike, plan: Plan | str | os.PathLike | None = None, *,
                  progress: Callable[[Progress], Any] | None = None,
-                 metadata: dict[str, str] | None = None) -> Summary:
+                 metadata: dict[str, str] | None = None,
+                 provided: Sequence[str | os.PathLike] = ()) -> Summary:
     """:func:`export` from files: ``manifest`` a path (or a read :class:`Manifest`),
     ``source`` a path — a directory is a Hugging Face checkpoint, a file a GGUF file — (or an
     open :class:`Source`), ``plan`` a plan file (or a :class:`Plan`; None: the default plan).
-    Every problem is an :class:`ExportError` naming the file."""
+    ``provided``: safetensors files loaded beside the export (e.g. a DSpark draft's
+    ``draft.safetensors``): the manifest weights they hold by name are not exported (their
+    dtype and shape are checked where the files are loaded). Every problem is an
+    :class:`ExportError` naming the file."""
     m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
+    have = {name: str(f) for f in provided for name in read_safetensors_header(f)}
+    declared = {s.name for s in weight_slots(m)}
+    given = {n: f for n, f in have.items() if n in declared}
     p = plan if isinstance(plan, Plan) or plan is None else Plan.read(plan)
     if isinstance(source, (str, os.PathLike)):
         source = open_source(hf=source) if Path(source).is_dir() else open_source(gguf=source)
-    return export(m, source, out, p, progress=progress, metadata=metadata)
+    return export(m, source, out, p, progress=progress, metadata=metadata, provided=given)

@@ -53,11 +53,12 @@ class Source(Protocol):
     def load(self, name: str) -> Array: ...
 
 
-def missing(source: Source, name: str) -> str:
-    """One-line error for a tensor the source lacks, with the closest names it has."""
+def missing(source: Source, name: str, also: str = "") -> str:
+    """One-line error for a tensor the source lacks, with the closest names it has;
+    ``also``: where else it was looked for (", nor in …")."""
     close = difflib.get_close_matches(name, list(source.tensors()), n=3, cutoff=0.6)
     hint = f"; closest: {', '.join(f'`{c}`' for c in close)}" if close else ""
-    return f"source tensor `{name}` not found in {source.where}{hint}"
+    return f"source tensor `{name}` not found in {source.where}{also}{hint}"
 
 
 # --- safetensors ----------------------------------------------------------------------

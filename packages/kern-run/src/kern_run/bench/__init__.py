@@ -260,6 +260,8 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
             b.tokenizer, ids, steps=steps, gpu=gpu)) if baseline else None
         spec_set_rows(rep, sp, peer)
         rep.data["smollm2_spec"] = {"kern": sp, "transformers": peer}
+    if spec:
+        _dspark_case(rep, steps=steps, limit=spec_limit, gpu=gpu)
     if d:
         rep.data["smollm2"] = {"kern": d, "baseline": base}
         t = TARGETS["smollm2_decode_ms"]
@@ -268,6 +270,22 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
                 f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
         rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                 note=f"host+gaps {d['host_ms']:.3f} ms/step")
+
+
+def _dspark_case(rep: Report, *, steps: int, limit: int | None, gpu: int) -> None:
+    """The DSpark rows (:mod:`.dspark`): the bundled DSpark example, drafts per round = its
+    block, or one row saying it is not there."""
+    from ..defaults import DSPARK_EXAMPLE, example_dir
+    from .dspark import dspark_rows, smollm2_dspark
+    if example_dir(DSPARK_EXAMPLE) is None:
+        rep.add("dspark", "DSpark speculation", "not measured",
+                note=f"no examples/{DSPARK_EXAMPLE} (kern-gen dspark writes it)")
+        return
+    ds = _try(rep, "dspark", "DSpark speculation", lambda: smollm2_dspark(
+        steps=steps, k=None, limit=limit, gpu=gpu))
+    if ds:
+        dspark_rows(rep, ds)
+        rep.data["smollm2_dspark"] = ds
 
 
 def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: bool,

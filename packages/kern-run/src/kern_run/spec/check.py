@@ -130,16 +130,22 @@ def spec_check(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int
                table_pages: int | None = None,
                proposer: Proposer | None = None, verify_max: int = VERIFY_MAX,
                bug_gap: float = BUG_GAP,
-               on_token: Callable[[int], None] | None = None) -> CheckReport:
+               on_token: Callable[[int], None] | None = None,
+               speculate: Callable[..., SpecResult] | None = None) -> CheckReport:
     """Plain :func:`generate`, then :func:`spec_generate` (``on_token`` streams the latter)
     on the same runtime and prompt; on a divergence, a third (plain) run to its index reads
-    the plain logits there."""
+    the plain logits there. ``speculate``: another speculative loop taking ``generate``'s
+    arguments (e.g. :func:`~kern_run.spec.dspark.dspark_generate` with its draft bound);
+    ``k``, ``ngram``, ``proposer`` and ``verify_max`` are then not used."""
     common: dict = dict(steps=steps, chunk=chunk, max_tokens=max_tokens, eos=eos,
                         eager=eager, capacity=capacity, fixed_context=fixed_context,
                         vocab=vocab, table_pages=table_pages)
     plain = generate(rt, prompt, **common)
-    spec = spec_generate(rt, prompt, k=k, ngram=ngram, proposer=proposer,
-                         verify_max=verify_max, on_token=on_token, **common)
+    if speculate is None:
+        spec = spec_generate(rt, prompt, k=k, ngram=ngram, proposer=proposer,
+                             verify_max=verify_max, on_token=on_token, **common)
+    else:
+        spec = speculate(rt, prompt, on_token=on_token, **common)
     a, b = produced(plain), produced(spec)
     i = first_divergence(a, b)
     if i is None:

@@ -1,0 +1,133 @@
+"""``kern-run bench --spec``'s DSpark rows: the bundled DSpark example
+(``examples/smollm2-135m-dspark``: the SmolLM2 target and its trained draft in one manifest)
+on the shipped prompt sets, against plain greedy decode of the same manifest in the same
+process and run (:func:`kern_run.spec.spec_check` with the DSpark loop: plain, then DSpark,
+a divergence explained by the plain logit gap).
+
+Per set: τ (tokens per round, the bonus token included), per-position acceptance (given the
+previous accepted, and unconditional), ms/token of both runs over the same window (first
+token read → last), the speedup, the round's host-clock split (draft, verify, host;
+:mod:`kern_run.spec.dspark_stats`) and the divergences. The timed runs record no GPU events;
+one extra DSpark run per set on its first prompt records them, for the GPU time of draft,
+verify and precompute per round (issue 15's targets: τ ≥ 2.2; ≥ 1.3x plain on chat, ≥ 1.6x
+on code)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..spec import load_prompt_sets, spec_check
+from .spec import SetResult
+
+#: issue 15: online τ ≥ 2.2, ≥ 1.3x plain on chat prompts, ≥ 1.6x on math/code (here the
+#: input-grounded set: code rewrites and passages).
+DSPARK_TARGETS = {"tau": 2.2, "open-chat": 1.3, "input-grounded": 1.6}
+
+
+@dataclass
+class DSparkSetResult(SetResult):
+    reached: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    gpu: dict | None = None           # the GPU split of one timed-with-events run
+
+    def add(self, report) -> None:
+        super().add(report)
+        st = report.spec.spec
+        self.draft_s += st.draft_s
+        self.verify_s += st.verify_s
+        for i, r in enumerate(st.reached):
+            if i >= len(self.reached):
+                self.reached.append(0)
+            self.reached[i] += r
+
+    def as_dict(self) -> dict[str, Any]:
+        d = super().as_dict()
+        per = lambda s: 1000 * s / self.rounds if self.rounds else None  # noqa: E731
+        d.update({"conditional": [a / r for a, r in zip(self.accepted, self.reached) if r],
+                  "draft_ms_per_round": per(self.draft_s),
+                  "verify_ms_per_round": per(self.verify_s),
+                  "host_ms_per_round": per(self.host_s), "gpu": self.gpu})
+        return d
+
+
+def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None = None
+                ) -> dict[str, dict]:
+    """Both prompt sets through plain and DSpark decoding on loaded runtime ``rt`` (the
+    DSpark manifest; ``plan``: its :class:`~kern_run.spec.setup.SpecPlan`); ``limit``
+    prompts per set. No EOS stop, so every run has ``steps`` tokens."""
+    from ..spec.setup import speculate
+    common = dict(steps=steps, chunk=info.max_tokens, max_tokens=info.max_tokens, eos=(),
+                  capacity=capacity, fixed_context=False, vocab=info.vocab)
+    loop, timed = speculate(plan, rt), speculate(plan, rt, gpu_times=True)
+    sets = load_prompt_sets()
+    ids = {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
+           for name, prompts in sets.items()}
+    spec_check(rt, ids["open-chat"][0], speculate=loop, **common)      # warm-up
+    out = {}
+    for name, prompts in ids.items():
+        r = DSparkSetResult(name)
+        for p in prompts:
+            r.add(spec_check(rt, p, speculate=loop, **common))
+        if prompts:
+            s = timed(rt, prompts[0], **common).spec.as_dict()
+            r.gpu = {k: s[k] for k in ("gpu_draft_ms_per_round", "gpu_verify_ms_per_round",
+                                       "gpu_precompute_ms_per_round")}
+        out[name] = r.as_dict()
+    return out
+
+
+def smollm2_dspark(*, steps: int, k: int | None, limit: int | None, gpu: int) -> dict:
+    """Load the bundled DSpark example (weights exported on first use, the draft beside
+    them) and run :func:`dspark_spec`."""
+    from kern_manifest import load
+    from kern_manifest.contract import check_manifest
+    from kern_runtime import Runtime
+
+    from ..capacity import choose
+    from ..defaults import DSPARK_EXAMPLE, bundled_default
+    from ..spec.setup import plan_spec
+    from ..tokenizer import load_tokenizer
+    b = bundled_default(DSPARK_EXAMPLE)
+    vm = load(b.manifest)
+    info = check_manifest(vm.manifest)
+    plan = plan_spec("dspark", k, (2, 4), b.manifest, vm.manifest, info)
+    cap = choose(None, info)
+    with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=cap.load,
+                      device=gpu, progress=None) as rt:
+        out = dspark_spec(rt, info, load_tokenizer(b.tokenizer), plan, steps=steps,
+                          capacity=cap.limit, limit=limit)
+    out["_block"] = plan.draft.block if plan.draft else None
+    return out
+
+
+def dspark_rows(rep, sp: dict) -> None:
+    """The DSpark rows of the table (``sp``: :func:`smollm2_dspark`'s result)."""
+    f = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
+    for name in ("input-grounded", "open-chat"):
+        r = sp.get(name)
+        if not r:
+            continue
+        t, sx, tau = DSPARK_TARGETS[name], r["speedup"], r["tau"]
+        case = f"dspark {name}"
+        rep.add(case, f"ms/token DSpark vs plain ({r['prompts']} prompts)",
+                f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
+                target=f"≥ {t}x", note=f"{f(sx, '.2f')}x: " + ("met" if sx and sx >= t
+                                                               else "MISSED"))
+        rep.add(case, "τ tokens/round (incl. bonus)", f(tau, ".2f"),
+                target=f"≥ {DSPARK_TARGETS['tau']}",
+                note=("met" if tau and tau >= DSPARK_TARGETS["tau"] else "MISSED")
+                + f"; {r['rounds']} rounds (block {sp.get('_block')})")
+        rep.add(case, "acceptance per position | prev accepted",
+                " ".join(f"{a:.2f}" for a in r["conditional"]) or "–",
+                note="unconditional " + (" ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"))
+        g = r.get("gpu") or {}
+        rep.add(case, "round ms: draft / verify / host",
+                f"{f(r['draft_ms_per_round'], '.3f')} / {f(r['verify_ms_per_round'], '.3f')} "
+                f"/ {f(r['host_ms_per_round'], '.3f')}",
+                f"GPU draft {f(g.get('gpu_draft_ms_per_round'), '.3f')}, verify "
+                f"{f(g.get('gpu_verify_ms_per_round'), '.3f')}, precompute "
+                f"{f(g.get('gpu_precompute_ms_per_round'), '.3f')}",
+                note=f"identical {r['identical']}/{r['prompts']}, near-ties "
+                     f"{len(r['near_tie_gaps'])}, bugs {len(r['bugs'])}")

@@ -1,0 +1,277 @@
+"""The DSpark loop (kern_run.spec.dspark) against plain greedy on the numpy DSpark stand-in
+(dspark_fakes): same tokens and stop for every acceptance pattern, chunking, capacity and
+step edge; the call sequence of docs/dspark.md "The caller loop"; the stats."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kern_run.errors import KernRunError
+from kern_run.generate import generate
+from kern_run.spec.check import produced
+from kern_run.spec.dspark import DraftSpec, dspark_generate
+from dspark_fakes import DSparkRuntime, FakeEvent, Violation
+from spec_fakes import KVModelRuntime
+
+VOCAB = 64
+MASK = 3
+
+
+def plain_run(prompt, *, model="copy", capacity=None, **kw):
+    cap = capacity or 256
+    return generate(KVModelRuntime(model=model, vocab=VOCAB, capacity=cap), prompt,
+                    max_tokens=16, capacity=capacity, **kw)
+
+
+def ds_run(prompt, *, block=7, plan=None, model="copy", capacity=None, rt=None, **kw):
+    rt = rt or DSparkRuntime(block=block, mask=MASK, plan=plan, model=model, vocab=VOCAB,
+                             capacity=capacity or 256)
+    res = dspark_generate(rt, prompt, max_tokens=16, draft=DraftSpec(block, MASK),
+                          capacity=capacity, **kw)
+    return res, rt
+
+
+def same(a, b):
+    assert (a.tokens, a.stop, a.eos_token) == (b.tokens, b.stop, b.eos_token)
+
+
+def seq(rt):
+    """(program, pos0, tokens) of every run, in order."""
+    return [(e[1], e[4], e[2]["tokens"]) for e in rt.runs()]
+
+
+@st.composite
+def cases(draw):
+    prompt = draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=30))
+    if draw(st.booleans()):
+        prompt = (prompt[:4] * 10)[:len(prompt)]
+    steps = draw(st.integers(1, 40))
+    block = draw(st.integers(1, 7))
+    return dict(model=draw(st.sampled_from(["copy", "random"])), prompt=prompt, steps=steps,
+                block=block, k=draw(st.integers(1, block)), chunk=draw(st.integers(1, 9)),
+                eos=draw(st.sets(st.integers(0, VOCAB - 1), max_size=3)),
+                slack=draw(st.sampled_from([None, 0, 1, 3, 8])), eager=draw(st.booleans()),
+                accept=draw(st.lists(st.integers(0, 7), min_size=1, max_size=8)))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_dspark_output_equals_plain_greedy(c):
+    cap = None if c["slack"] is None else len(c["prompt"]) + c["steps"] + c["slack"]
+    common = dict(steps=c["steps"], chunk=c["chunk"], eos=c["eos"], eager=c["eager"])
+    plain = plain_run(c["prompt"], model=c["model"], capacity=cap, **common)
+    acc = c["accept"]
+    rt = DSparkRuntime(block=c["block"], mask=MASK, model=c["model"], vocab=VOCAB,
+                       capacity=cap or len(c["prompt"]) + c["steps"] + c["block"],
+                       plan=lambda r, p: acc[r % len(acc)])
+    res, _ = ds_run(c["prompt"], block=c["block"], rt=rt, capacity=cap, k=c["k"], **common)
+    same(res, plain)
+    assert not rt.uncaptured
+    s = res.spec
+    assert len(produced(res)) == 1 + s.round_tokens + s.decode_steps
+    assert res.decode_tokens == len(produced(res)) - 1
+    for e in rt.runs("draft"):                    # never a draft slot past the capacity
+        assert cap is None or e[4] + c["block"] <= cap
+    for e in rt.runs("verify"):
+        assert e[2]["tokens"] <= c["k"] + 1
+
+
+def test_full_acceptance_call_sequence():
+    prompt = list(range(10, 20))                      # 10 tokens, chunk 4: 4 + 4 + 1
+    plain = plain_run(prompt, steps=20, chunk=4)
+    res, rt = ds_run(prompt, block=7, steps=20, chunk=4)
+    same(res, plain)
+    # round anchors: 10 (first token), then + 8 per full round; 20 steps = 1 + 8 + 8 + 3
+    assert seq(rt) == [
+        ("prefill", 0, 4), ("draft_precompute", 0, 4),
+        ("prefill", 4, 4), ("draft_precompute", 4, 4),
+        ("prefill", 8, 1), ("draft_precompute", 8, 1),
+        ("decode_spec", 9, 1), ("draft_precompute", 9, 1),
+        ("draft", 10, 7), ("verify", 10, 8), ("draft_precompute", 10, 8),
+        ("draft", 18, 7), ("verify", 18, 8), ("draft_precompute", 18, 8),
+        ("draft", 26, 7), ("verify", 26, 3)]           # 3 steps left: 2 drafts, no precompute
+    s = res.spec
+    assert s.rounds == 3 and s.tau == 19 / 3 and s.decode_steps == 0
+    assert s.conditional == [1.0] * 7 and s.acceptance == [1.0] * 7
+    # graphs: full prefill chunks and their precompute, decode_spec, decode, draft, verify
+    # widths 2 … 8, precompute 1 … 8; the tail prefill chunk (1 token) runs eager
+    caps = {(e[1], e[2]["tokens"]) for e in rt.events if e[0] == "capture"}
+    assert caps == ({("prefill", 4), ("decode_spec", 1), ("decode", 1), ("draft", 7)}
+                    | {("verify", w) for w in range(2, 9)}
+                    | {("draft_precompute", w) for w in range(1, 9)})
+    first_write = next(i for i, e in enumerate(rt.events) if e[0] == "write")
+    assert all(i < first_write for i, e in enumerate(rt.events) if e[0] == "capture")
+    assert [e[3] for e in rt.runs("prefill")] == [True, True, False]
+
+
+def test_no_acceptance_is_one_token_per_round_and_lossless():
+    prompt = [5, 1, 2]
+    plain = plain_run(prompt, steps=12, chunk=4)
+    res, rt = ds_run(prompt, plan=lambda r, p: 0, steps=12, chunk=4)
+    same(res, plain)
+    s = res.spec
+    # 11 tokens after the first: rounds of 1 token while ≥ 2 steps are left, then one decode
+    assert s.rounds == 10 and s.tau == 1.0 and s.decode_steps == 1
+    assert s.conditional[0] == 0.0 and s.acceptance == [0.0] * 7
+    assert [e[2]["tokens"] for e in rt.runs("draft_precompute")][2:] == [1] * 9
+    assert seq(rt)[-1] == ("decode", len(prompt) + 10, 1) and s.tail_reason == "one step left"
+
+
+def test_partial_acceptance_precomputes_exactly_the_accepted_rows():
+    prompt = [9, 9, 8, 7, 6]
+    plain = plain_run(prompt, steps=30, chunk=8)
+    res, rt = ds_run(prompt, plan=lambda r, p: 3, steps=30, chunk=8)
+    same(res, plain)
+    # the prompt's two precomputes (its one chunk, decode_spec's row), then the rounds
+    rounds = [e for e in rt.runs() if e[1] in ("verify", "draft_precompute")][2:]
+    pairs = list(zip(rounds[::2], rounds[1::2]))
+    assert pairs and all(v[1] == "verify" and pc[1] == "draft_precompute" for v, pc in pairs)
+    for v, pc in pairs:                               # 3 drafts accepted + the correction
+        assert (pc[4], pc[2]["tokens"]) == (v[4], 4)
+    s = res.spec
+    assert s.conditional[:4] == [1.0, 1.0, 1.0, 0.0]
+    assert s.acceptance == [1.0, 1.0, 1.0] + [0.0] * 4 and s.tau == 4.0
+
+
+def test_capacity_edge_finishes_with_plain_decode():
+    prompt = [1, 2, 3, 4]
+    steps = 20
+    cap = len(prompt) + steps                         # exactly what the run needs
+    plain = plain_run(prompt, steps=steps, chunk=4, capacity=cap)
+    res, rt = ds_run(prompt, steps=steps, chunk=4, capacity=cap)
+    same(res, plain)
+    drafts = [e[4] for e in rt.runs("draft")]
+    assert drafts == [4, 12] and all(p + 7 <= cap for p in drafts)
+    # after the round at 12 (8 tokens), the anchor sits at 20: 20 + 7 > 24, no more drafting
+    tail = [e for e in seq(rt) if e[1] >= 20]
+    assert tail == [("decode", 20, 1), ("decode", 21, 1), ("decode", 22, 1)]
+    assert res.spec.decode_steps == 3 and "pass the capacity 24" in res.spec.tail_reason
+    assert max(e[4] + e[2]["tokens"] for e in rt.runs()) <= cap - 1
+
+
+def test_step_edge_shortens_the_last_verify():
+    prompt = [4, 4, 2]
+    for steps in (9, 10, 11, 12, 16):
+        plain = plain_run(prompt, steps=steps, chunk=4)
+        res, rt = ds_run(prompt, steps=steps, chunk=4)
+        same(res, plain)
+        widths = [e[2]["tokens"] for e in rt.runs("verify")]
+        # 1 + 8 tokens, then L = steps − 9 left: a round of L − 1 drafts (verify width L)
+        # when L ≥ 2, one plain decode when L = 1
+        left = steps - 9
+        assert widths == [8] + ([left] if left >= 2 else [])
+        assert res.spec.decode_steps == (left == 1)
+
+
+def test_eos_inside_a_round_stops_there():
+    prompt = [7, 7, 2, 9]
+    full = plain_run(prompt, steps=30, chunk=4)
+    eos = {full.tokens[10]}
+    plain = plain_run(prompt, steps=30, chunk=4, eos=eos)
+    assert plain.stop == "eos"
+    res, rt = ds_run(prompt, steps=30, chunk=4, eos=eos)
+    same(res, plain)
+    assert seq(rt)[-1][0] == "verify"                 # no precompute after the stop
+    v = rt.runs("verify")[-1]
+    assert v[4] + v[2]["tokens"] > len(prompt) + len(plain.tokens)
+
+
+def test_first_token_eos_and_one_step():
+    prompt = [1, 2, 3]
+    one = plain_run(prompt, steps=1, chunk=4)
+    res, rt = ds_run(prompt, steps=1, chunk=4)
+    same(res, one)
+    assert [e[0] for e in seq(rt)] == ["prefill", "draft_precompute", "decode_spec",
+                                       "draft_precompute"]
+    res, rt = ds_run(prompt, steps=9, chunk=4, eos={one.tokens[0]})
+    assert res.stop == "eos" and res.tokens == [] and not rt.runs("draft")
+
+
+def test_the_fake_refuses_a_stale_draft_kv_and_a_wrong_precompute():
+    """The checks the loop is tested against do bite."""
+    from kern_run.inputs import Inputs
+    rt = DSparkRuntime(block=4, mask=MASK, vocab=VOCAB)
+    inp = Inputs(16, VOCAB, table_pages=rt.table_pages)
+    inp.write(rt, [1, 2, 3], 0)
+    rt.run("prefill", {"tokens": 3}, graph=False)
+    with pytest.raises(Violation, match="expected 3"):
+        rt.run("draft_precompute", {"tokens": 2}, graph=False)
+    rt.run("draft_precompute", {"tokens": 3}, graph=False)
+    inp.write(rt, [5, MASK, MASK, MASK], 4, kv_len=8)  # position 3 never precomputed
+    with pytest.raises(Violation, match="position 3"):
+        rt.run("draft", {"tokens": 4}, graph=False)
+    inp.write(rt, [5, MASK, MASK, MASK], 3)           # causal kv_lens: wrong for the draft
+    with pytest.raises(Violation, match="kv_lens"):
+        rt.run("draft", {"tokens": 4}, graph=False)
+
+
+def test_time_split_tiles_the_round_and_gpu_events():
+    ticks = iter(range(10_000))
+    prompt = [3, 1, 4, 1, 5]
+    rt = DSparkRuntime(block=7, mask=MASK, vocab=VOCAB, plan=lambda r, p: 2)
+    res, _ = ds_run(prompt, rt=rt, steps=30, chunk=8, clock=lambda: next(ticks),
+                    gpu_timer=lambda: FakeEvent(rt))
+    s = res.spec
+    assert s.rounds >= 3 and s.host_gaps == s.rounds
+    assert s.draft_s + s.verify_s + s.host_s == pytest.approx(s.round_s)
+    assert min(s.draft_s, s.verify_s, s.host_s) > 0
+    # each event pair brackets exactly one run: one tick per program per round
+    assert s.gpu_draft_ms == s.gpu_verify_ms == s.gpu_rounds == s.rounds
+    assert s.gpu_precompute_ms == s.gpu_precomputes == len(rt.runs("draft_precompute")) - 2
+    d = s.as_dict()
+    assert d["gpu_draft_ms_per_round"] == 1.0 and d["drafter"] == "dspark"
+    assert len(s.lines()) == 4 and "τ" in s.lines()[0]
+
+
+def test_stats_conditional_acceptance():
+    from kern_run.spec.dspark_stats import DSparkStats
+    s = DSparkStats(k=4, block=4)
+    s.record(4, 4, 5, 0.0)      # all accepted
+    s.record(4, 1, 2, 0.0)      # d0 accepted, d1 rejected
+    s.record(2, 0, 1, 0.0)      # a short round, d0 rejected
+    assert s.accepted == [2, 1, 1, 1] and s.drafted == [3, 3, 2, 2]
+    assert s.reached == [3, 2, 1, 1]
+    assert s.conditional == [2 / 3, 1 / 2, 1.0, 1.0]
+    assert s.acceptance == [2 / 3, 1 / 3, 1 / 2, 1 / 2] and s.tau == 8 / 3
+
+
+def test_refusals():
+    rt = DSparkRuntime(vocab=VOCAB)
+    with pytest.raises(KernRunError, match="1 ≤ --spec-k ≤ 7"):
+        dspark_generate(rt, [1], steps=4, chunk=4, max_tokens=16, draft=DraftSpec(7, 3), k=8)
+    with pytest.raises(KernRunError, match="`verify` takes at most 4"):
+        dspark_generate(rt, [1], steps=4, chunk=4, max_tokens=4, draft=DraftSpec(7, 3), k=5)
+    with pytest.raises(KernRunError, match="--capacity"):
+        dspark_generate(rt, [1] * 10, steps=10, chunk=4, max_tokens=16, capacity=16,
+                        draft=DraftSpec(7, 3))
+    with pytest.raises(KernRunError, match="--steps"):
+        dspark_generate(rt, [1], steps=0, chunk=4, max_tokens=16, draft=DraftSpec(7, 3))
+    assert rt.events == []
+
+
+def test_random_drafts_on_the_random_model_stay_lossless():
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(0, VOCAB, 25).tolist()
+    plain = plain_run(prompt, model="random", steps=48, chunk=8)
+    plan = lambda r, p: int(rng.integers(0, 8))  # noqa: E731
+    res, _ = ds_run(prompt, model="random", plan=plan, steps=48, chunk=8)
+    same(res, plain)
+    assert res.spec.rounds > 5
+
+
+def test_host_time_per_round_is_small():
+    """The loop's whole round on a runtime that computes nothing: input writes, launches,
+    reads, accept, emit (a real round adds the GPU time on top). Loose bound for a shared CI
+    machine; the printed numbers are the measurement."""
+    from dspark_fakes import NullDSpark
+    best = None
+    for _ in range(3):
+        res = dspark_generate(NullDSpark(), [1, 2, 3, 4, 5] * 20, steps=800, chunk=16,
+                              max_tokens=16, draft=DraftSpec(7, 0))
+        s = res.spec
+        assert s.rounds >= 99 and s.tau == pytest.approx(8, 0.02)
+        per = 1e6 * s.round_s / s.rounds
+        best = per if best is None else min(best, per)
+    print(f"DSpark round on a null runtime: {best:.0f} µs (host {1e6 * s.host_s / s.rounds:.0f})")
+    assert best < 2000, f"{best:.0f} µs of host work per round"
