@@ -27,7 +27,7 @@ def dspark_doc(layers: int = 2) -> dict:
         for kv in "kv":
             doc["states"][f"draft.kv.L{j}.{kv}"] = {"bytes_per_token": per}
     doc["buffers"][CARRY] = {"dtype": "bf16", "shape": ["tokens", 576], "class": "carry"}
-    doc["buffers"][DRAFT_TOKENS] = {"dtype": "i64", "shape": ["tokens"], "class": "output"}
+    doc["buffers"][DRAFT_TOKENS] = {"dtype": "i64", "shape": [7], "class": "output"}
     doc["buffers"]["draft.norm.weight"] = {"dtype": "bf16", "shape": [576], "class": "weight"}
     for p in (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE):
         doc["programs"][p] = copy.deepcopy(doc["programs"]["decode"])
@@ -77,14 +77,15 @@ def test_a_misdeclared_carry(field, value):
     assert p.startswith(f"buffer `{CARRY}` is ") and "DSpark needs carry bf16['tokens', d]" in p
 
 
-@pytest.mark.parametrize("field,value,have", [("class", "workspace", "workspace i64['tokens']"),
-                                              ("dtype", "i32", "output i32['tokens']"),
-                                              ("shape", [7], "output i64[7]")])
+@pytest.mark.parametrize("field,value,have", [("class", "workspace", "workspace i64[7]"),
+                                              ("dtype", "i32", "output i32[7]"),
+                                              ("shape", ["tokens"], "output i64['tokens']"),
+                                              ("shape", [1], "output i64[1]")])
 def test_a_misdeclared_draft_tokens(field, value, have):
     doc = dspark_doc()
     doc["buffers"][DRAFT_TOKENS][field] = value
-    assert problems(doc) == [f"buffer `{DRAFT_TOKENS}` is {have}; the contract needs output "
-                             f"i64['tokens']"]
+    assert problems(doc) == [f"buffer `{DRAFT_TOKENS}` is {have}; DSpark needs output i64[B] "
+                             f"(B ≥ 2: the block, a fixed size)"]
 
 
 def test_predictions_are_needed():

@@ -180,7 +180,7 @@ __all__ = ["DSparkRuntime", "FakeEvent", "M64", "Violation", "mix", "mix_np"]
 HIDDEN = 8
 
 
-def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1) -> dict:
+def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1, block: int = 7) -> dict:
     """:func:`krun_fakes.contract_manifest` with verify, plus what docs/dspark.md adds: the
     draft KV states, ``carry``, ``draft_tokens``, two ``draft.*`` weights and the three
     programs (one made-up kernel each; the fake runtime never launches them)."""
@@ -190,7 +190,7 @@ def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1) -> dict:
         for kv in "kv":
             doc["states"][f"draft.kv.L{j}.{kv}"] = {"bytes_per_token": 64}
     doc["buffers"]["carry"] = {"dtype": "bf16", "shape": ["tokens", HIDDEN], "class": "carry"}
-    doc["buffers"]["draft_tokens"] = {"dtype": "i64", "shape": ["tokens"], "class": "output"}
+    doc["buffers"]["draft_tokens"] = {"dtype": "i64", "shape": [block], "class": "output"}
     doc["buffers"]["draft.norm.weight"] = {"dtype": "bf16", "shape": [HIDDEN],
                                            "class": "weight"}
     doc["buffers"]["draft.markov_w1.weight"] = {"dtype": "bf16", "shape": [vocab, 4],

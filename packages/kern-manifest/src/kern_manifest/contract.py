@@ -219,6 +219,7 @@ class DSparkInfo:
     """What a DSpark caller learned from a conforming manifest."""
 
     layers: int              # draft layers (pairs of ``draft.kv.L{j}`` states)
+    block: int               # B: the rows of ``draft`` and of ``draft_tokens`` [B]
     hidden: int              # d: the ``carry`` row width
     verify_max: int          # the most tokens one ``verify`` call takes
     draft_weights: tuple[str, ...]   # the ``draft.*`` weight buffers, in manifest order
@@ -226,15 +227,24 @@ class DSparkInfo:
 
 def check_dspark(m: Manifest) -> DSparkInfo:
     """Check ``m`` for DSpark speculation (docs/dspark.md) beside :func:`check_manifest`: the
-    programs of :data:`DSPARK_PROGRAMS`, ``predictions``, ``carry`` and ``draft_tokens`` with
-    their dtypes/shapes/classes, and draft KV states ``draft.kv.L{j}.k/v`` for j = 0 … n−1
+    programs of :data:`DSPARK_PROGRAMS`, ``predictions``, ``carry`` and ``draft_tokens`` (i64
+    [B], B the block) with their dtypes/shapes/classes, and draft KV states ``draft.kv.L{j}.k/v`` for j = 0 … n−1
     (n ≥ 1), each per token with the bytes per token of the target's states (the same page
     pool: slot = position for one sequence). Raises :class:`ContractError` listing every
     deviation."""
     problems = [f"DSpark needs a program `{p}`" for p in DSPARK_PROGRAMS
                 if p not in m.programs]
     problems += _buffer_problem(m, PREDICTIONS, "output", "i64", [SYMBOL])
-    problems += _buffer_problem(m, DRAFT_TOKENS, "output", "i64", [SYMBOL])
+    dt = m.buffers.get(DRAFT_TOKENS)
+    block = 0
+    if dt is None:
+        problems.append(f"manifest declares no output buffer `{DRAFT_TOKENS}`")
+    elif (dt.cls != "output" or dt.dtype != "i64" or len(dt.shape) != 1
+          or not isinstance(dt.shape[0], int) or dt.shape[0] < 2):
+        problems.append(f"buffer `{DRAFT_TOKENS}` is {dt.cls} {dt.dtype}{list(dt.shape)}; "
+                        f"DSpark needs output i64[B] (B ≥ 2: the block, a fixed size)")
+    else:
+        block = dt.shape[0]
     carry = m.buffers.get(CARRY)
     hidden = 0
     if carry is None:
@@ -252,7 +262,7 @@ def check_dspark(m: Manifest) -> DSparkInfo:
     sym = m.symbols.get(SYMBOL)
     weights = tuple(n for n, b in m.buffers.items()
                     if b.cls == "weight" and n.startswith(DRAFT_WEIGHT_PREFIX))
-    return DSparkInfo(layers=layers, hidden=hidden, draft_weights=weights,
+    return DSparkInfo(layers=layers, block=block, hidden=hidden, draft_weights=weights,
                       verify_max=min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX))
 
 

@@ -95,6 +95,9 @@ def check_config(cfg: DSparkConfig, m: Manifest, info: ContractInfo, ds: DSparkI
     if cfg.layers != ds.layers:
         problems.append(f"{where}: `layers` is {cfg.layers}; the manifest declares "
                         f"{ds.layers} draft layers (`draft.kv.L{{j}}` states)")
+    if cfg.block != ds.block:
+        problems.append(f"{where}: `block` is {cfg.block}; the manifest's `draft_tokens` has "
+                        f"{ds.block} rows (the block it was generated for)")
     top = min(info.max_tokens, ds.verify_max, VERIFY_MAX)
     if cfg.block + 1 > top:
         problems.append(f"{where}: `block` is {cfg.block}; a round verifies block + 1 = "

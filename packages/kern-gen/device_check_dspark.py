@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""GPU check of a `kern-gen dspark` manifest (issue 15): the draft's wiring against an
+independent reference, then the loop's losslessness and timing, in one process.
+
+    python3 packages/kern-gen/device_check_dspark.py --target llama|qwen3 [--draft FILE]
+        [--gguf /tmp/g/SmolLM2-135M-Instruct.Q4_1.gguf] [--work DIR] [--out DIR]
+
+1. The target: llama = SmolLM2-135M-Instruct from the GGUF (transformers, bf16, eager);
+   qwen3 = `device_check_qwen3.build_model` (the Qwen3-4B-shaped random model). Its weights
+   are exported with `kern_weights` (the draft's `draft.*` weights are provided by the draft
+   file, not the source). The draft: `--draft` (a trained `draft.safetensors`, its
+   `dspark.json` beside it), else random weights from `kern_train`'s `random` (seed 0).
+2. **Wiring** (per prompt): kern `prefill` of all but the last prompt token, `carry` read
+   back and compared with the reference projection `Σ_i h^(i) W_fc,iᵀ` of transformers'
+   hidden states after the tap layers; `draft_precompute`; `decode_spec` of the last token
+   (its carry row compared too); `draft_precompute` of that row; `draft` at the anchor (the
+   decode's token). `draft.logits` (base + Markov, 7 rows) is compared with `kern_train`'s
+   torch `Draft` on the same weights (context from transformers' taps, Markov prev = the
+   anchor then kern's own draft tokens), by relative error, argmax agreement and the
+   reference's top-1/top-2 margin where they disagree.
+3. **Loop**: per prompt, plain greedy (`kern_run.generate`) and the DSpark loop
+   (`kern_run.spec.dspark.dspark_generate`), same runtime: tokens compared; tokens per round,
+   per-position acceptance, ms per token of both and the round's time split printed.
+Writes $OUT/device_check_dspark.json; exit 1 when a wiring error exceeds the bound or the loop
+is not lossless at a position whose plain-decode margin exceeds 0.5 logits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import device_check as dc  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = {"llama": REPO / "examples/smollm2-135m-dspark",
+            "qwen3": REPO / "examples/qwen3-4b-dspark"}
+TARGET_CONFIG = {"llama": REPO / "examples/smollm2-135m/config.json",
+                 "qwen3": REPO / "examples/qwen3-4b/config.json"}
+CARRY_BOUND = 0.05      # relative error of carry vs the reference projection
+LOGIT_BOUND = 0.05      # relative error of the draft's logits vs the torch reference
+TEXTS = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci",
+         "Question: Tom has 3 apples and buys 5 more. How many apples does he have?\nAnswer:"]
+
+
+def rel(x: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", choices=sorted(EXAMPLES), required=True)
+    ap.add_argument("--draft", type=Path, help="trained draft.safetensors (dspark.json beside)")
+    ap.add_argument("--gguf", type=Path, default=Path("/tmp/g/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/kern-dspark"))
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--steps", type=int, default=96)
+    ap.add_argument("--prompt-tokens", type=int, default=48, help="qwen3: random prompt length")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--capacity", type=int, default=4096)
+    return ap.parse_args(argv)
+
+
+def load_target(args, log):
+    import torch
+    if args.target == "llama":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        gdir, gname = str(args.gguf.parent), args.gguf.name
+        tok = AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
+        model = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.bfloat16,
+                                                     attn_implementation="eager").cuda().eval()
+        prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+        return model, prompts, lambda: __import__("kern_weights").open_source(gguf=args.gguf)
+    import device_check_qwen3 as q
+    model = q.build_model(args.seed)
+    rng = np.random.default_rng(args.seed)
+    V = model.config.vocab_size
+    prompts = [rng.integers(0, V, args.prompt_tokens).tolist() for _ in range(3)]
+    return model, prompts, lambda: q.MemorySource(model)
+
+
+def draft_files(args, log) -> tuple[Path, dict]:
+    """(draft.safetensors, its dspark.json as a dict): the given trained draft, else random
+    weights written under --work by kern_train's `random` (seed 0), the example's structure."""
+    if args.draft is not None:
+        return args.draft, json.loads((args.draft.parent / "dspark.json").read_text())
+    from kern_train.dspark.config import read_geometry
+    from kern_train.dspark.export import export
+    from kern_train.dspark.random_init import random_arrays, random_config
+    d = args.work / "random-draft"
+    spec = json.loads((EXAMPLES[args.target] / "dspark.json").read_text())
+    g = read_geometry(TARGET_CONFIG[args.target])
+    cfg = random_config(g, spec["target"], layers=spec["layers"],
+                        markov_rank=spec["markov_rank"], mask_token_id=spec["mask_token_id"],
+                        seed=0)
+    export(d, g, cfg, random_arrays(g, cfg))
+    log(f"random draft written to {d}")
+    return d / "draft.safetensors", json.loads((d / "dspark.json").read_text())
+
+
+def reference_draft(args, model, draft: Path):
+    """kern_train's torch Draft with the weights of ``draft`` (fp32, cuda)."""
+    from kern_train.dspark.config import read_config, read_geometry
+    from kern_train.dspark.pipeline import load_draft
+    from kern_train.dspark.target import Target
+    t = Target(model=model, tokenizer=None, name="reference",
+               geometry=read_geometry(TARGET_CONFIG[args.target]))
+    return load_draft(t, read_config(draft.parent / "dspark.json"), draft).cuda().float().eval()
+
+
+def taps_of(model, ids: list[int], layers: list[int]):
+    import torch
+    with torch.no_grad():
+        out = model.model(input_ids=torch.tensor([ids], device="cuda"),
+                          output_hidden_states=True, use_cache=False)
+    return torch.cat([out.hidden_states[i + 1] for i in layers], dim=-1).float()
+
+
+def wiring(rt, ref, model, spec: dict, ids: list[int], fc, log) -> dict:
+    """Stage 2 for one prompt; returns its numbers."""
+    import torch
+    from kern_runtime import from_bf16
+    n, B = len(ids), spec["block"]
+    taps = taps_of(model, ids, spec["tap_layers"])                 # [1, n, 5d]
+    want = (taps[0] @ fc.T).cpu().numpy()                          # [n, d]
+    dc.write_call(rt, ids[:n - 1], 0)
+    rt.run("prefill", {"tokens": n - 1})
+    carry = from_bf16(rt.read("carry", {"tokens": n - 1})).astype(np.float32)
+    rt.run("draft_precompute", {"tokens": n - 1})
+    dc.write_call(rt, ids[n - 1:], n - 1)
+    rt.run("decode_spec", {"tokens": 1})
+    a = int(rt.read("next_token", {"tokens": 1}).reshape(-1)[0])
+    carry1 = from_bf16(rt.read("carry", {"tokens": 1})).astype(np.float32)
+    rt.run("draft_precompute", {"tokens": 1})
+    block = [a] + [spec["mask_token_id"]] * (B - 1)
+    dc.write_call(rt, block, n)
+    rt.write("kv_lens", np.full(B, n + B, dtype=np.int32))
+    rt.run("draft", {"tokens": B})
+    kl = from_bf16(rt.read("draft.logits")).astype(np.float32).reshape(B, -1)
+    kt = rt.read("draft_tokens").reshape(-1).astype(np.int64)
+    with torch.no_grad():
+        c = ref.context(taps)
+        h = ref.rows(c, torch.tensor([[a]], device="cuda"), torch.tensor([[n]], device="cuda"))
+        prev = torch.tensor([[[a] + kt[:B - 1].tolist()]], device="cuda")
+        rl = (ref.base_logits(h) + ref.markov(prev))[0, 0].cpu().numpy()   # [B, V]
+    rows = []
+    for t in range(B):
+        top = np.sort(rl[t])[-2:]
+        rows.append({"row": t, "rel_err": rel(kl[t], rl[t]), "kern": int(kt[t]),
+                     "ref": int(rl[t].argmax()), "ref_margin": float(top[1] - top[0])})
+    return {"n": n, "carry_rel": rel(carry, want[:n - 1]), "carry1_rel": rel(carry1[0],
+            want[n - 1]), "rows": rows}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f} s] {msg}", flush=True)
+
+    import torch
+    from kern_runtime import Runtime
+    from kern_weights import export_files, read_manifest
+    from kern_run.generate import generate
+    from kern_run.spec.dspark import DraftSpec, dspark_generate
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ex = EXAMPLES[args.target]
+    man = read_manifest(ex / "manifest.json")
+    model, prompts, source = load_target(args, log)
+    log(f"target loaded ({args.target})")
+    draft, spec = draft_files(args, log)
+    weights = args.work / "kern-target.safetensors"
+    s = export_files(man, source(), weights, ex / "export-plan.json", provided=[draft])
+    log(f"export: {s.tensors} tensors, {s.bytes / 2**20:.0f} MiB")
+    ref = reference_draft(args, model, draft)
+    fc = ref.fc.weight.detach().float()                          # [d, 5d]
+    rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights), str(draft)],
+                      capacity=args.capacity)
+    log("kern loaded")
+    report = {"target": args.target, "draft": str(draft), "trained": spec.get("trained"),
+              "wiring": [], "loop": []}
+    bad = 0
+    for ids in prompts:
+        w = wiring(rt, ref, model, spec, ids, fc, log)
+        report["wiring"].append(w)
+        errs = [r["rel_err"] for r in w["rows"]]
+        flips = [r for r in w["rows"] if r["kern"] != r["ref"]]
+        log(f"wiring n={w['n']}: carry rel {w['carry_rel']:.4f} / {w['carry1_rel']:.4f}, draft "
+            f"logits rel max {max(errs):.4f}, argmax flips {len(flips)} at ref margins "
+            f"{[round(r['ref_margin'], 3) for r in flips]}")
+        bad += (w["carry_rel"] > CARRY_BOUND or w["carry1_rel"] > CARRY_BOUND
+                or max(errs) > LOGIT_BOUND)
+    del model
+    torch.cuda.empty_cache()
+    tmax = man.symbols["tokens"].max
+    ds = DraftSpec(block=spec["block"], mask_token_id=spec["mask_token_id"])
+    for ids in prompts:
+        plain = generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                         capacity=args.capacity)
+        sp = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax, draft=ds,
+                             capacity=args.capacity)
+        same = next((i for i, (x, y) in enumerate(zip(plain.tokens, sp.tokens)) if x != y),
+                    min(len(plain.tokens), len(sp.tokens)))
+        st = sp.spec
+        row = {"n": len(ids), "identical": same, "of": len(plain.tokens),
+               "plain_ms": 1e3 * plain.decode_s / max(plain.decode_tokens, 1),
+               "spec_ms": 1e3 * sp.decode_s / max(sp.decode_tokens, 1),
+               "stats": st.render() if hasattr(st, "render") else str(st)}
+        if same < len(plain.tokens):
+            seq = ids + plain.tokens[:same]
+            dc.kern_prefill(rt, seq[:-1], 0, tmax, tmax)
+            lg, _ = dc.kern_decode(rt, seq[-1], len(seq) - 1)
+            row["plain_margin_at_divergence"] = dc.top_margin(lg)
+            bad += row["plain_margin_at_divergence"] > 0.5
+        report["loop"].append(row)
+        log(f"loop n={len(ids)}: {same}/{len(plain.tokens)} identical; plain "
+            f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "
+            f"({row['plain_ms'] / max(row['spec_ms'], 1e-9):.2f}x)\n{row['stats']}")
+    rt.close()
+    (args.out / "device_check_dspark.json").write_text(json.dumps(report, indent=1))
+    log(f"done: {'FAIL' if bad else 'ok'} ({bad} bad)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
