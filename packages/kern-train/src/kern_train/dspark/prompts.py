@@ -152,7 +152,7 @@ def build(*, seed: int, sharegpt_count: int, eval_fraction: float = 0.03,
 
 def write(path: Path, lines: list[dict[str, Any]]) -> None:
     raw = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines).encode()
-    with open(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as g:
+    with open(path, "wb") as f, gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as g:
         g.write(raw)
 
 
