@@ -171,3 +171,7 @@ def random(config: Annotated[Path, typer.Option(help="the target's HF config.jso
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

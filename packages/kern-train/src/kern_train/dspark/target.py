@@ -87,6 +87,15 @@ def tiny_model(vocab: int, seed: int) -> Any:
     return model
 
 
+def _gguf_chat_template(path: Path) -> str | None:
+    """The GGUF's own ``tokenizer.chat_template`` (when transformers' GGUF tokenizer drops
+    it)."""
+    from kern_weights.gguf import read_metadata
+
+    t = read_metadata(path).get("tokenizer.chat_template")
+    return t if isinstance(t, str) else None
+
+
 def load_target(spec: str, device: str, dtype: torch.dtype = torch.bfloat16,
                 seed: int = 0) -> Target:
     """``spec``: ``gguf:PATH`` | an HF folder | ``tiny``."""
@@ -111,6 +120,8 @@ def load_target(spec: str, device: str, dtype: torch.dtype = torch.bfloat16,
             raise DSparkError(f"--target {spec}: cannot load: {e}") from None
         model = model.to(device)
         name = getattr(model.config, "name_or_path", "") or path.name
+    if not getattr(tok, "chat_template", None) and spec.startswith("gguf:"):
+        tok.chat_template = _gguf_chat_template(Path(spec[5:]))
     if not getattr(tok, "chat_template", None):
         raise DSparkError(f"--target {spec}: its tokenizer carries no chat template")
     model.eval().requires_grad_(False)
