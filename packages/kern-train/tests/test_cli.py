@@ -33,7 +33,8 @@ def test_random_smollm2_draft(tmp_path):
     assert np.all(a["draft.norm.weight"] == 1)
     w = a["draft.layers.0.mlp.down_proj.weight"]
     assert 0.018 < w.std() < 0.022 and abs(w.mean()) < 1e-3
-    assert run("random", "--config", SMOL, "--out", tmp_path / "again", "--seed", 7).exit_code == 0
+    again = run("random", "--config", SMOL, "--out", tmp_path / "again", "--seed", 7)
+    assert again.exit_code == 0, again.output
     assert (tmp_path / "again/draft.safetensors").read_bytes() == \
         (tmp_path / "draft.safetensors").read_bytes()
 
