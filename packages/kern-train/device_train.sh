@@ -52,7 +52,8 @@ fi
 LR="${LR:-6e-4}"
 LOG="$OUT/train.log"
 mkdir -p "$OUT" "$WORK" /tmp/site
-exec > >(tee "$LOG") 2>&1
+
+main() {
 echo "== device_train.sh $(date -u +%FT%TZ) target=$TARGET seed=$SEED data=${DATA_S}s fit=${FIT_S}s"
 export PYTHONPATH="/tmp/site:packages/kern-train/src:packages/kern-weights/src:packages/kern-manifest/src${PYTHONPATH:+:$PYTHONPATH}"
 MODS="msgspec, gguf"; [ "$TINY" = 1 ] && MODS="msgspec"
@@ -106,3 +107,8 @@ print('offline tau', t['offline']['tau'], 'acceptance', t['offline']['acceptance
 print('fit', t['fit']['steps_done'], 'steps', t['fit']['seconds_done'], 's; loss', t['fit']['first_loss'], '->', t['fit']['last_loss'])"
 echo "== done, total wall $(( $(date +%s) - t0 )) s"
 ls -l "$OUT"
+}
+
+# the log is complete in $OUT when the script returns (tee ends with the pipeline)
+main 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"
