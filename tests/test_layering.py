@@ -34,6 +34,8 @@ LAYERS: dict[str, set[str]] = {
     "kern-run": {"kern-runtime", "kern-weights"},
     # the HTTP server: its web dependencies (fastapi, uvicorn, ...) stay out of everything below
     "kern-serve": {"kern-run"},
+    # the DSpark trainer (torch, transformers): writes its weights with kern-weights' writer
+    "kern-train": {"kern-weights"},
 }
 
 #: (importer, imported) edges outside LAYERS that are tolerated for now, with the reason.

@@ -1,0 +1,1 @@
+"""The DSpark draft: config, model, loss, data, training, evaluation, export."""
