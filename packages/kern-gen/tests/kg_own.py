@@ -11,3 +11,14 @@ def own_committed(example: Path) -> dict[str, bytes]:
     import re
     return {p.name: p.read_bytes() for p in sorted((example / "kernels").glob("*.cubin"))
             if not re.fullmatch(r"[0-9a-f]{16}\.cubin", p.name)}
+
+
+def assert_same_output(written: Path, example: Path) -> None:
+    """``written`` (a generator's output directory) equals the committed ``example`` byte for
+    byte: manifest, plan, report and every kernel."""
+    for f in ("manifest.json", "export-plan.json", "README.md"):
+        assert (written / f).read_bytes() == (example / f).read_bytes(), f
+    got = sorted(p.name for p in (written / "kernels").iterdir())
+    assert got == sorted(p.name for p in (example / "kernels").iterdir())
+    for n in got:
+        assert (written / "kernels" / n).read_bytes() == (example / "kernels" / n).read_bytes(), n

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
-from kg_own import own_committed
+from kg_own import assert_same_output, own_committed
 from kern_mine import encode_json, mine
 
 from kern_gen.dspark import draft as D
@@ -186,13 +186,9 @@ def test_spec_load_names_missing_and_mistyped_keys(tmp_path):
         S.load(tmp_path / "absent.json")
 
 
-def _norm_index(prog, layer):
-    return T.tap_norm(prog, layer)
-
-
 def test_taps_refuse_a_norm_with_two_in_out_sums(target):
     prog = target["progs"]["verify"]
-    k = _norm_index(prog, 1)
+    k = T.tap_norm(prog, 1)
     o = prog.ops[k]
     acts = [p for p, (d, r) in o.ptrs.items() if not is_weight(r.buf) and d == "in"]
     bad = replace(o, ptrs={**o.ptrs, **{p: ("inout", o.ptrs[p][1]) for p in acts[:2]}})
@@ -206,7 +202,7 @@ def test_taps_refuse_a_norm_with_two_in_out_sums(target):
 def test_taps_refuse_a_missing_tap_norm(target):
     prog = target["progs"]["verify"]
     layer = tiny(target["cfg"]).tap_layers[1]
-    k = _norm_index(prog, layer)
+    k = T.tap_norm(prog, layer)
     gone = replace(prog, ops=prog.ops[:k] + prog.ops[k + 1:])
     with pytest.raises(WiringError, match=f"0 ops `L{layer + 1}.input_layernorm`"):
         T.add_taps(gone, tiny(target["cfg"]), target["cfg"])
@@ -285,12 +281,7 @@ def test_dspark_example_regenerates_byte_for_byte(name, tmp_path):
                    command=f"uv run --frozen kern-gen dspark {name}",
                    own_cubins=own_committed(out))
     write(r, tmp_path)
-    for f in ("manifest.json", "export-plan.json", "README.md"):
-        assert (tmp_path / f).read_bytes() == (out / f).read_bytes(), f
-    got = sorted(p.name for p in (tmp_path / "kernels").iterdir())
-    assert got == sorted(p.name for p in (out / "kernels").iterdir())
-    for n in got:
-        assert (tmp_path / "kernels" / n).read_bytes() == (out / "kernels" / n).read_bytes()
+    assert_same_output(tmp_path, out)
 
 
 def test_cli_refuses_an_unknown_target_and_a_missing_draft_config(tmp_path):

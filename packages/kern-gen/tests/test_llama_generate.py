@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
-from kg_own import own_committed
+from kg_own import assert_same_output, own_committed
 from kern_mine import decode_json, encode_json, mine
 
 from kern_gen.llama import WiringError, generate
@@ -59,12 +59,7 @@ def test_regenerates_byte_for_byte(name, mined_json, tmp_path):
     _, _, out, _ = _preset(name)
     r = _gen(name, mined_json[name])
     write(r, tmp_path)
-    for f in ("manifest.json", "export-plan.json", "README.md"):
-        assert (tmp_path / f).read_bytes() == (out / f).read_bytes(), f
-    got = sorted(p.name for p in (tmp_path / "kernels").iterdir())
-    assert got == sorted(p.name for p in (out / "kernels").iterdir())
-    for n in got:
-        assert (tmp_path / "kernels" / n).read_bytes() == (out / "kernels" / n).read_bytes(), n
+    assert_same_output(tmp_path, out)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: own cubins cannot be rebuilt here")

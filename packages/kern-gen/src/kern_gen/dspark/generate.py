@@ -51,8 +51,8 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
         f"- Draft: {spec.layers} layer(s) of the target's geometry, block {spec.block}, "
         f"Markov rank {spec.markov_rank}, taps after target layers {taps} "
         f"(from `{Path(spec.path).name}`).",
-        f"- Dispatches: " + ", ".join(f"`{k}` {v}" for k, v in n.items()) + ".",
-        f"- Tap GEMMs (into `carry`): " + ", ".join(f"`{k}` {v}" for k, v in
+        "- Dispatches: " + ", ".join(f"`{k}` {v}" for k, v in n.items()) + ".",
+        "- Tap GEMMs (into `carry`): " + ", ".join(f"`{k}` {v}" for k, v in
                                                     tap_gemms.items() if v) + ". Each tap "
         "is one GEMM per stored operand of the state after its layer (layer i + 1's fused "
         "input norm: its in_out sum, else each summand; the projection is linear).",

@@ -42,6 +42,7 @@ from ..generate import ONE, RuntimeLike
 from ..inputs import Inputs, table_pages_of
 from .accept import accept_prefix
 from .dspark_stats import DSparkStats
+from .emission import Emission
 from .dspark_timing import RoundTimer
 from .loop import SpecResult, verify_widths
 
@@ -134,7 +135,7 @@ def capture_dspark(rt: RuntimeLike, calls: Sequence[Call], block: int, widths: l
     return time.perf_counter() - t0
 
 
-class _DSparkLoop:
+class _DSparkLoop(Emission):
     """One DSpark run's state and phases (module docstring). ``seq[i]`` is the token at
     position i: the prompt, the emitted tokens, then the current round's drafts."""
 
@@ -156,26 +157,6 @@ class _DSparkLoop:
         self.t_first = self.t_last = 0.0
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def emit(self, tok: int) -> bool:
-        """Emit one token; True when generation stops (EOS: not kept; or the step limit)."""
-        self.produced += 1
-        if tok in self.eos:
-            self.res.stop, self.res.eos_token = "eos", tok
-            return True
-        self.seq[self.n + self.produced - 1] = tok
-        self.res.tokens.append(tok)
-        self.stream.append(tok)
-        if self.produced >= self.steps:
-            self.res.stop = "steps"
-            return True
-        return False
-
-    def flush(self) -> None:
-        if self.on_token is not None:
-            for t in self.stream:
-                self.on_token(t)
-        self.stream.clear()
-
     def launch(self, program: str, pos0: int, tokens: int, graph: bool) -> None:
         self.rt.run(program, self.syms[tokens] if tokens in self.syms else {"tokens": tokens},
                     graph=graph)

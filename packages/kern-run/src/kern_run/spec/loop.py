@@ -43,6 +43,7 @@ from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs, table_pages_of
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from .accept import accept_prefix
+from .emission import Emission
 from .ngram import DEFAULT_NGRAM, NgramProposer
 from .stats import SpecStats
 
@@ -130,7 +131,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
     return res
 
 
-class _Loop:
+class _Loop(Emission):
     """One speculative run's state and its phases: the prompt, plain pipelined steps, and
     verify rounds (module docstring). Host arrays are made once: ``seq[i]`` is the token at
     position i (prompt, emitted tokens, then the current round's drafts); a round's anchor
@@ -159,26 +160,6 @@ class _Loop:
         self.want_round = False           # a match appeared: no further plain step is queued
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def emit(self, tok: int) -> bool:
-        """Emit one token; True when generation stops (EOS: not kept; or the step limit)."""
-        self.produced += 1
-        if tok in self.eos:
-            self.res.stop, self.res.eos_token = "eos", tok
-            return True
-        self.seq[self.n + self.produced - 1] = tok
-        self.res.tokens.append(tok)
-        self.stream.append(tok)
-        if self.produced >= self.steps:
-            self.res.stop = "steps"
-            return True
-        return False
-
-    def flush(self) -> None:
-        if self.on_token is not None:
-            for t in self.stream:
-                self.on_token(t)
-        self.stream.clear()
-
     def launched(self) -> None:
         """A call was just launched: the host gap since the last round ends."""
         if self.t_ready is not None:

@@ -104,15 +104,19 @@ def parse_config(doc: Any, where: str) -> DraftConfig:
                        seed=_int(doc, "seed", where, 0), trained=trained)
 
 
-def read_config(path: str | os.PathLike) -> DraftConfig:
+def _read_json(path: str | os.PathLike) -> tuple[Any, str]:
+    """(the decoded document, its path for messages); one line on an unreadable file."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        return json.loads(p.read_text()), str(p)
     except OSError as e:
         raise DSparkError(f"{p}: cannot read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise DSparkError(f"{p}: not JSON: {e.msg} at line {e.lineno}") from None
-    return parse_config(doc, str(p))
+
+
+def read_config(path: str | os.PathLike) -> DraftConfig:
+    return parse_config(*_read_json(path))
 
 
 def write_config(path: str | os.PathLike, cfg: DraftConfig) -> None:
@@ -167,14 +171,7 @@ def geometry_from_hf(doc: Any, where: str) -> Geometry:
 
 
 def read_geometry(path: str | os.PathLike) -> Geometry:
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise DSparkError(f"{p}: cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise DSparkError(f"{p}: not JSON: {e.msg} at line {e.lineno}") from None
-    return geometry_from_hf(doc, str(p))
+    return geometry_from_hf(*_read_json(path))
 
 
 def weight_shapes(g: Geometry, layers: int, markov_rank: int) -> dict[str, tuple[int, ...]]:
