@@ -37,6 +37,21 @@
 // same block size (each C element is its own dot product: a row's result does not depend on
 // m or on the other rows).
 //
+// Two fused variants share the main loop (kern-gen applies them with --gemm gemv; the
+// reason for each is the launches it saves, docs/measurements.md issue 16):
+//   kern_gemv_silu_bf16(a, w, c, m, n, k): w bf16 [2n, k] = [gate; up] rows (the merged
+//     gate_up weight), c bf16 [m, n] = silu(a.Wg^T) * (a.Wu^T).  Block x computes gate
+//     columns 16x .. 16x + 15 and the same up columns (two 16-row W tiles per step).  Each
+//     dot product is rounded to bf16 first (the bits the separate GEMM would have stored),
+//     then silu(g) * u is computed in f32 and rounded once: it replaces a gate_up GEMM and the
+//     captured SiLU*mul kernel (decode), or two GEMMs and that kernel (verify, draft).
+//   kern_gemv_split3_bf16(a, w, c0, c1, c2, m, n0, n1, n2, k): w [n0 + n1 + n2, k] (the
+//     merged qkv weight), output column j goes to c0 [m, n0] (j < n0), c1 [m, n1] or
+//     c2 [m, n2], each with its own row stride: one launch for the q, k and v GEMMs of a
+//     many-row program whose captured readers expect unmerged [rows, n_part] outputs.
+//     n0 and n1 are multiples of 16 (a block's columns lie in one part), else it traps.
+//   Both compute every dot product exactly as kern_gemv_bf16 with the same NW does.
+//
 // Programmatic dependent launch: the first batch of W is requested before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
 // still runs is safe); A is read and C written only after it; `launch_dependents` follows
@@ -85,78 +100,174 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-}  // namespace
-
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
-kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
-               __nv_bfloat16* c, int m, int n, int k) {
-    __shared__ float red[kMaxWarps][kRows][kCols];
-
+// The main loop of every variant.  Block column tile: W rows base[t] + g and base[t] + g + 8 of
+// each of the T tiles (valid below lim[t]); A rows m0 .. m0 + 7.  On return (after
+// launch_dependents and a __syncthreads) red[t][mi][col] holds the f32 dot product of A row
+// m0 + mi with W row base[t] + col, summed over the warps in warp order.
+template <int T>
+__device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
+                                           const __nv_bfloat16* __restrict__ w, int m, int k,
+                                           const int (&base)[T], const int (&lim)[T], int m0,
+                                           float (*red)[T][kRows][kCols]) {
     const int nw = blockDim.x >> 5;
-    if ((blockDim.x & 31) != 0 || nw > kMaxWarps || blockDim.y != 1 || blockDim.z != 1 ||
-        (k & 7) != 0 || ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(w)) & 15)) {
-        __trap();
-    }
-    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
-    if (n0 >= n || m0 >= m) return;                // block-uniform
-
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2, t4 = lane & 3;
     const int steps = (k + kStep - 1) / kStep;
-    const bool lo_ok = n0 + g < n, hi_ok = n0 + g + 8 < n, a_ok = m0 + g < m;
-    // clamp the rows of absent operands to row 0: their (unissued) addresses stay in range
-    const __nv_bfloat16* wlo = w + (size_t)(lo_ok ? n0 + g : 0) * k + 8 * t;
-    const __nv_bfloat16* whi = w + (size_t)(hi_ok ? n0 + g + 8 : 0) * k + 8 * t;
-    const __nv_bfloat16* ap = a + (size_t)(a_ok ? m0 + g : 0) * k + 8 * t;
+    const bool a_ok = m0 + g < m;
+    bool lo_ok[T], hi_ok[T];
+    const __nv_bfloat16* wlo[T];
+    const __nv_bfloat16* whi[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        lo_ok[t] = base[t] + g < lim[t];
+        hi_ok[t] = base[t] + g + 8 < lim[t];
+        // clamp the rows of absent operands to row 0: their (unissued) addresses stay in range
+        wlo[t] = w + (size_t)(lo_ok[t] ? base[t] + g : 0) * k + 8 * t4;
+        whi[t] = w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * k + 8 * t4;
+    }
+    const __nv_bfloat16* ap = a + (size_t)(a_ok ? m0 + g : 0) * k + 8 * t4;
 
-    uint4 wl[kUnroll], wh[kUnroll], av[kUnroll];
-    float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
+    uint4 wl[T][kUnroll], wh[T][kUnroll], av[kUnroll];
+    float acc0[T][4], acc1[T][4];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc0[t][i] = acc1[t][i] = 0.f;
+    }
 
     int s0 = warp;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {           // the first W batch, before the wait
         const int off = (s0 + u * nw) * kStep;
-        const bool ok = off + 8 * t < k;
-        wl[u] = ld_w(wlo + off, ok && lo_ok);
-        wh[u] = ld_w(whi + off, ok && hi_ok);
+        const bool ok = off + 8 * t4 < k;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            wl[t][u] = ld_w(wlo[t] + off, ok && lo_ok[t]);
+            wh[t][u] = ld_w(whi[t] + off, ok && hi_ok[t]);
+        }
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
         const int off = (s0 + u * nw) * kStep;
-        av[u] = ld_a(ap + off, off + 8 * t < k && a_ok);
+        av[u] = ld_a(ap + off, off + 8 * t4 < k && a_ok);
     }
     for (;;) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            mma(acc0, wl[u].x, wh[u].x, wl[u].y, wh[u].y, av[u].x, av[u].y);
-            mma(acc1, wl[u].z, wh[u].z, wl[u].w, wh[u].w, av[u].z, av[u].w);
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                mma(acc0[t], wl[t][u].x, wh[t][u].x, wl[t][u].y, wh[t][u].y, av[u].x, av[u].y);
+                mma(acc1[t], wl[t][u].z, wh[t][u].z, wl[t][u].w, wh[t][u].w, av[u].z, av[u].w);
+            }
         }
         s0 += kUnroll * nw;
         if (s0 >= steps) break;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int off = (s0 + u * nw) * kStep;
-            const bool ok = off + 8 * t < k;
-            wl[u] = ld_w(wlo + off, ok && lo_ok);
-            wh[u] = ld_w(whi + off, ok && hi_ok);
+            const bool ok = off + 8 * t4 < k;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                wl[t][u] = ld_w(wlo[t] + off, ok && lo_ok[t]);
+                wh[t][u] = ld_w(whi[t] + off, ok && hi_ok[t]);
+            }
             av[u] = ld_a(ap + off, ok && a_ok);
         }
     }
     asm volatile("griddepcontrol.launch_dependents;");
 
     // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
-    red[warp][2 * t][g] = acc0[0] + acc1[0];
-    red[warp][2 * t + 1][g] = acc0[1] + acc1[1];
-    red[warp][2 * t][g + 8] = acc0[2] + acc1[2];
-    red[warp][2 * t + 1][g + 8] = acc0[3] + acc1[3];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        red[warp][t][2 * t4][g] = acc0[t][0] + acc1[t][0];
+        red[warp][t][2 * t4 + 1][g] = acc0[t][1] + acc1[t][1];
+        red[warp][t][2 * t4][g + 8] = acc0[t][2] + acc1[t][2];
+        red[warp][t][2 * t4 + 1][g + 8] = acc0[t][3] + acc1[t][3];
+    }
     __syncthreads();
+}
+
+// The warps' partials of tile t, element (mi, col), summed in warp order (deterministic).
+template <int T>
+__device__ __forceinline__ float warp_sum(float (*red)[T][kRows][kCols], int t, int mi, int col) {
+    const int nw = blockDim.x >> 5;
+    float s = red[0][t][mi][col];
+    for (int v = 1; v < nw; ++v) s += red[v][t][mi][col];
+    return s;
+}
+
+// The block shape and alignment every variant requires (else trap).
+__device__ __forceinline__ void check_launch(const void* a, const void* w, int k) {
+    const int nw = blockDim.x >> 5;
+    if ((blockDim.x & 31) != 0 || nw > kMaxWarps || blockDim.y != 1 || blockDim.z != 1 ||
+        (k & 7) != 0 || ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(w)) & 15)) {
+        __trap();
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+               __nv_bfloat16* c, int m, int n, int k) {
+    __shared__ float red[kMaxWarps][1][kRows][kCols];
+    check_launch(a, w, k);
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+    const int base[1] = {n0}, lim[1] = {n};
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
     for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
         const int mi = i / kCols, col = i % kCols;
-        float s = red[0][mi][col];
-        for (int v = 1; v < nw; ++v) s += red[v][mi][col];   // fixed order: deterministic
+        const float s = warp_sum<1>(red, 0, mi, col);
         if (m0 + mi < m && n0 + col < n) {
             c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(s);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                    __nv_bfloat16* c, int m, int n, int k) {
+    __shared__ float red[kMaxWarps][2][kRows][kCols];
+    check_launch(a, w, k);
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+    // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
+    const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
+    gemv_tiles<2>(a, w, m, k, base, lim, m0, red);
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        if (m0 + mi < m && n0 + col < n) {
+            // the bf16 values the unfused GEMM would have stored, then SiLU(g) * u in f32
+            const float gv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 0, mi, col)));
+            const float uv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 1, mi, col)));
+            const float h = gv / (1.0f + __expf(-gv)) * uv;
+            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(h);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_split3_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                      __nv_bfloat16* c0, __nv_bfloat16* c1, __nv_bfloat16* c2, int m,
+                      int n0, int n1, int n2, int k) {
+    __shared__ float red[kMaxWarps][1][kRows][kCols];
+    check_launch(a, w, k);
+    if ((n0 % kCols) != 0 || (n1 % kCols) != 0) __trap();
+    const int n = n0 + n1 + n2;
+    const int j0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (j0 >= n || m0 >= m) return;                // block-uniform
+    const int base[1] = {j0}, lim[1] = {n};
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
+    // the part this block's 16 columns lie in (block-uniform)
+    __nv_bfloat16* c = j0 < n0 ? c0 : (j0 < n0 + n1 ? c1 : c2);
+    const int start = j0 < n0 ? 0 : (j0 < n0 + n1 ? n0 : n0 + n1);
+    const int width = j0 < n0 ? n0 : (j0 < n0 + n1 ? n1 : n2);
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        if (m0 + mi < m && j0 + col < n) {
+            c[(size_t)(m0 + mi) * width + (j0 - start) + col] = __float2bfloat16_rn(warp_sum<1>(red, 0, mi, col));
         }
     }
 }

@@ -1,8 +1,10 @@
 """``--gemm cublaslt|gemv`` (issue 16 item 2): the two implementations of the few-row
 programs' GEMMs give manifests whose programs are byte-identical and whose kernels differ
-only in the impls of the ``decode.gemm.<n>x<k>`` / ``verify.gemm.<n>x<k>`` kernels; both
-verify clean; the GEMV steps follow kernels/ABI.md 4; a bad ``--gemm`` is refused in one
-line."""
+only in the impls of the ``decode.gemm.<n>x<k>`` / ``verify.gemm.<n>x<k>`` kernels (with
+``--no-fuse``); both verify clean; the GEMV steps follow kernels/ABI.md 4; a bad ``--gemm``
+is refused in one line.  The default ``--fuse`` (:mod:`kern_gen.llama.fuse`) removes exactly
+one launch per layer from ``decode`` and four from ``verify``, leaves the wide programs as
+they are, and its steps follow ABI.md 4a/4b."""
 
 from __future__ import annotations
 
@@ -52,8 +54,11 @@ def variants(tmp_path_factory, gemv_cubin) -> dict[str, dict]:
         own = own_committed(ex)
         own["gemv.cubin"] = gemv_cubin
         out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
-                                 command=f"uv run --frozen kern-gen {name} --gemm {g}")
+                                 command=f"uv run --frozen kern-gen {name} --gemm {g}",
+                                 fuse=False)
                      for g in ("cublaslt", "gemv")}
+        out[name]["fused"] = generate(cap, cfg, mined=mined, label=label, gemm="gemv",
+                                      own_cubins=own, command="uv run --frozen kern-gen")
     return out
 
 
@@ -62,7 +67,7 @@ def _doc(result) -> dict:
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
-@pytest.mark.parametrize("gemm", ["cublaslt", "gemv"])
+@pytest.mark.parametrize("gemm", ["cublaslt", "gemv", "fused"])
 def test_both_variants_verify_clean(variants, name, gemm):
     text = variants[name][gemm].manifest.decode()
     diags = kern_manifest.verify(kern_manifest.decode(text))
@@ -121,8 +126,58 @@ def test_gemv_steps_follow_the_abi(variants, name, gemv_cubin):
     ra, rb = variants[name]["cublaslt"], variants[name]["gemv"]
     assert rb.cubins == {**ra.cubins, "gemv.cubin": gemv_cubin}
     assert "gemv.cubin" not in ra.cubins
-    assert "`--gemm gemv`: the few-row programs' GEMMs" in rb.readme.decode()
-    assert "`--gemm cublaslt` (the default)" in ra.readme.decode()
+    assert "`--gemm gemv` (the default): the few-row programs' GEMMs" in rb.readme.decode()
+    assert "`--gemm cublaslt`: every GEMM" in ra.readme.decode()
+    assert "Fused GEMVs" not in rb.readme.decode()
+    assert "Fused GEMVs" in variants[name]["fused"].readme.decode()
+
+
+LAYERS = {"llama": 30, "qwen3": 36}
+
+
+def _kernels_of(doc: dict, prog: str) -> list[str]:
+    return [d["kernel"] for d in doc["programs"][prog]["dispatches"]]
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_cubin):
+    plain, fused = _doc(variants[name]["gemv"]), _doc(variants[name]["fused"])
+    n_layers = LAYERS[name]
+    for prog, saved in (("decode", n_layers), ("verify", 4 * n_layers)):
+        a, b = _kernels_of(plain, prog), _kernels_of(fused, prog)
+        assert len(a) - len(b) == saved, prog
+        assert sum(".silu_mul." in k for k in a) == n_layers
+        assert not any(".silu_mul." in k for k in b)
+        assert sum(k.startswith(f"{prog}.gemm_silu.") for k in b) == n_layers
+        assert sum(k.startswith(f"{prog}.gemm_split.") for k in b) == (
+            n_layers if prog == "verify" else 0)
+    for prog in ("prefill", "batch"):
+        assert plain["programs"][prog] == fused["programs"][prog], prog
+    sha = hashlib.sha256(gemv_cubin).hexdigest()
+    from kern_gen.llama.gemm import SPLIT_PARAMS
+    seen = set()
+    for k, kern in fused["kernels"].items():
+        m = re.fullmatch(r"(decode|verify)\.gemm_(silu|split)\.([\d+]+)x(\d+)", k)
+        if not m:
+            continue
+        seen.add(m.group(2))
+        (st,) = kern["impl"]["steps"]
+        widths, kk = [int(x) for x in m.group(3).split("+")], int(m.group(4))
+        gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
+        if m.group(2) == "silu":
+            (n,) = widths
+            want = ("kern_gemv_silu_bf16", PARAMS, gemv_warps(2 * n, kk), -(-n // GEMV_COLS), 6)
+        else:
+            assert len(widths) == 3 and widths[0] % 16 == widths[1] % 16 == 0
+            n = sum(widths)
+            want = ("kern_gemv_split3_bf16", SPLIT_PARAMS, gemv_warps(n, kk),
+                    -(-n // GEMV_COLS), 10)
+        sym, params, nw, gx, n_args = want
+        assert kern["params"] == params
+        assert st == {"symbol": sym, "cubin": "gemv.cubin", "sha256": sha, "params": params,
+                      "block": [32 * nw, 1, 1], "grid": [gx, gy, 1], "pdl": True,
+                      "args": [{"arg": i} for i in range(n_args)]}, k
+    assert seen == {"silu", "split"}
 
 
 def test_abi_example_gemv_step_is_the_generators():

@@ -252,6 +252,12 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     assert part["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
 
 
+FUSED_VERIFY = ("verify.gemm_silu.", "verify.gemm_split.")
+FUSABLE = (".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj",
+           ".mlp.up_proj", ".silu_mul")
+"""Labels of the ops the few-row programs' fused GEMVs replace."""
+
+
 @pytest.mark.parametrize("name", PRESET_NAMES)
 def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name):
     """verify = the prefill graph's dispatches (same kernels, own buffers) through the last
@@ -259,9 +265,15 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     `predictions` [tokens]; attention is the split-KV kernel with one z-slice per row."""
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
     pre = m["programs"]["prefill"]["dispatches"]
-    ver = m["programs"]["verify"]["dispatches"]
+    ver_all = m["programs"]["verify"]["dispatches"]
     strip = lambda d: (d["label"], "attn" if "attention" in d["kernel"] else
                        "gemm" if d["kernel"].startswith(("gemm", "verify.gemm.")) else d["kernel"])
+    # the fused GEMVs (kern_gen.llama.fuse, proved there) stand for q/k/v, gate/up + SiLU
+    fused = [d for d in ver_all if d["kernel"].startswith(FUSED_VERIFY)]
+    layers = sum(d["kernel"] == "decode.attention" for d in m["programs"]["decode"]["dispatches"])
+    assert len(fused) == 2 * layers
+    ver = [d for d in ver_all if not d["kernel"].startswith(FUSED_VERIFY)]
+    pre = [d for d in pre if not d["label"].endswith(FUSABLE)]
     assert [strip(d) for d in ver[:len(pre)]] == [strip(d) for d in pre]
     assert all(a.get("buf", "").startswith(("verify.", "model.", "token_ids", "positions",
                                             "slots", "pos0", "kv_lens", "block_table",
@@ -291,9 +303,11 @@ def test_batch_program_is_verify_with_every_rows_token_in_next_token(name):
     attention through its own table row and kv_len, the per-row argmax into `next_token`
     [tokens]; attention reads no `pos0` (rows are different sequences)."""
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
-    ver = m["programs"]["verify"]["dispatches"]
-    bat = m["programs"]["batch"]["dispatches"]
-    # the same kernels, but for the GEMMs: verify's per shape (few rows), batch's the wide one
+    ver = [d for d in m["programs"]["verify"]["dispatches"]
+           if not d["kernel"].startswith(FUSED_VERIFY)]
+    bat = [d for d in m["programs"]["batch"]["dispatches"] if not d["label"].endswith(FUSABLE)]
+    # the same kernels, but for the GEMMs: verify's per shape (few rows), batch's the wide one;
+    # verify's fused GEMVs (kern_gen.llama.fuse) left out against the ops they replace
     gemm = lambda k: "gemm" if k.startswith("verify.gemm.") else k
     assert [(d["label"], d["kernel"]) for d in bat] == [(d["label"], gemm(d["kernel"]))
                                                         for d in ver]

@@ -40,7 +40,25 @@ def test_an_op_without_emitter_is_refused():
     prog = Program("draft", 1, [Op("mystery", "L0.x")], {})
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
-    assert {"mined", "gemm", "gemm_acc", "embedding", "angles", "attention", "argmax"} == set(EMIT)
+    assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "embedding", "angles",
+            "attention", "argmax"} == set(EMIT)
+
+
+@pytest.mark.parametrize("kind,args", [
+    ("gemm_silu", {"c": Ref(buf="y"), "n": 64}),
+    ("gemm_split", {"c0": Ref(buf="q"), "c1": Ref(buf="k"), "c2": Ref(buf="v"), "n0": 32,
+                    "n1": 16, "n2": 16}),
+])
+def test_fused_gemv_emitters_refuse_what_the_kernel_traps_on(kind, args):
+    """ABI.md 4a/4b: k % 8 == 0 and 16-byte aligned A and W, refused at generation."""
+    asm = Assembler(None, CFG, KVLayout.of(CFG, 8), {"gemv.cubin": b"stand-in"}, "toy")
+    base = {"a": Ref(buf="x"), "w": Ref(buf="w"), "k": 128, **args}
+    with pytest.raises(WiringError, match="the own GEMV needs k % 8 == 0"):
+        EMIT[kind](asm, "verify", Op(kind, "L0.f", args={**base, "k": 36}), TOK)
+    with pytest.raises(WiringError, match="W at byte offset 8 of `w`; the own GEMV needs "
+                                          "16-byte alignment"):
+        EMIT[kind](asm, "verify", Op(kind, "L0.f", args={**base, "w": Ref(buf="w", offset=8)}),
+                   TOK)
 
 
 def _gemm_op():

@@ -124,6 +124,21 @@ class Kernels:
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
 
+    def gemv_silu(self, a, w, c, warps):
+        """c[m, n] = silu(a @ w[:n]^T) * (a @ w[n:]^T), w [2n, k] (ABI.md 4a)."""
+        m, (n2, k) = a.shape[0], w.shape
+        f = self.fn("gemv.cubin", "kern_gemv_silu_bf16")
+        f((-(-(n2 // 2) // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
+          (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n2 // 2), np.int32(k)))
+
+    def gemv_split3(self, a, w, outs, widths, warps):
+        """outs[i][m, widths[i]] = a @ (rows of part i of w)^T (ABI.md 4b)."""
+        m, (n, k) = a.shape[0], w.shape
+        f = self.fn("gemv.cubin", "kern_gemv_split3_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
+          (ptr(a), ptr(w), *(ptr(o) for o in outs), np.int32(m),
+           *(np.int32(x) for x in widths), np.int32(k)))
+
     def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, counters,
                     out, n_q, n_kv, splits, scale, tokens, s_min=None):
         """The one-launch split-KV decode (ABI.md 3a).  k, v: views [slots, n_kv, D] with unit

@@ -119,9 +119,32 @@ def test_example_steps_match_cubin_layouts(built):
             if stem in TWO_STEP_PARAMS:     # the default decode pair, not in the example
                 assert cub.param_layout(sym) == layout(TWO_STEP_PARAMS[stem]), sym
                 continue
+            if sym in FUSED_GEMV_PARAMS:    # ABI.md 4a / 4b, not in the example
+                assert cub.param_layout(sym) == layout(FUSED_GEMV_PARAMS[sym]), sym
+                continue
             twin = re.sub(r"_d64$", "_d128", sym)
             assert twin in seen, f"{sym} has no documented twin"
             assert cub.param_layout(sym) == cub.param_layout(twin), sym
+
+
+# The fused GEMVs (ABI.md 4a, 4b) exactly as kern-gen emits them (kern_gen.llama.gemm).
+FUSED_GEMV_PARAMS = {
+    "kern_gemv_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",
+                            "i32", "i32"],
+    "kern_gemv_split3_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
+                              "out buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32",
+                              "i32", "i32"],
+}
+
+
+def test_fused_gemv_params_are_documented_and_the_generators():
+    gemm = pytest.importorskip("kern_gen.llama.gemm")
+    PARAMS, SPLIT_PARAMS = gemm.PARAMS, gemm.SPLIT_PARAMS
+    doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
+    assert FUSED_GEMV_PARAMS == {"kern_gemv_silu_bf16": PARAMS,
+                                 "kern_gemv_split3_bf16": SPLIT_PARAMS}
+    for params in FUSED_GEMV_PARAMS.values():
+        assert tuple(params) in doc_lists
 
 
 # The paged attention ABI (issue 20) exactly as kern-gen emits it, per symbol stem (both

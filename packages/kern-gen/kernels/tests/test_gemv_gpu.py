@@ -241,3 +241,76 @@ def test_gemv_chain_under_pdl(env, m):
             launch(y, w2, z)
         stream.synchronize()
         assert torch.equal(z, want)
+
+
+# ------------------------------------------------------------ fused variants (ABI.md 4a, 4b)
+
+# (n, k) of the gate / up halves: SmolLM2, Qwen3-4B, and an n that is not a multiple of 16
+SILU = [(1536, 576), (9728, 2560), (1000, 584)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 9])
+@pytest.mark.parametrize("n,k", SILU)
+def test_gemv_silu(env, n, k, m):
+    """silu(g) * u from one launch: g and u have the bits of the plain GEMV with the same
+    block size (rounded to bf16 first), SiLU*mul is f32 math rounded once; against that
+    composition within one bf16 step (the kernel's __expf against torch's exp), and against a
+    float64 reference of the whole MLP input within the GEMV's own bound."""
+    torch, ok, kern = env
+    a, w = _inputs(torch, 2 * n, k, m, seed=7 * n + k + m)
+    warps = ok.gemv_warps(2 * n, k)
+    buf = torch.full((m * n + GUARD,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kern.gemv_silu(a, w, buf, warps)
+    torch.cuda.synchronize()
+    assert torch.isnan(buf[m * n:]).all(), "wrote past C[m, n]"
+    got = buf[:m * n].view(m, n)
+    assert not torch.isnan(got).any()
+    g = _run(torch, kern, a, w[:n].contiguous(), warps=warps).float()
+    u = _run(torch, kern, a, w[n:].contiguous(), warps=warps).float()
+    want = (g * torch.sigmoid(g) * u).to(torch.bfloat16)
+    diff = (got.float() - want.float()).abs()
+    ulp = want.float().abs().clamp_min(2.0 ** -126) * 2.0 ** -7
+    assert (diff <= ulp).all(), f"max diff {diff.max().item()} beyond one bf16 step"
+    flips = int((diff > 0).sum())
+    _report(f"gemv_silu n{n} k{k} m{m} NW={warps}: {flips} of {m * n} elements one bf16 step "
+            f"from the unfused composition")
+    assert flips <= max(2, m * n // 500), f"{flips} elements differ from the composition"
+    ref_g = a.double() @ w[:n].double().T
+    ref_u = a.double() @ w[n:].double().T
+    ref = ref_g * torch.sigmoid(ref_g) * ref_u
+    cg = torch.nn.functional.linear(a, w[:n]).float()
+    cu = torch.nn.functional.linear(a, w[n:]).float()
+    cub = (cg * torch.sigmoid(cg) * cu).to(torch.bfloat16)
+    o_max, o_mean = _errors(torch, got, ref)
+    c_max, c_mean = _errors(torch, cub, ref)
+    _report(f"gemv_silu n{n} k{k} m{m} vs float64: max {o_max:.3e} mean {o_mean:.3e} | "
+            f"cuBLAS GEMMs + torch SiLU*mul: max {c_max:.3e} mean {c_mean:.3e}")
+    slack = ref.abs().max().item() * 2.0 ** -16
+    assert o_max <= 1.5 * c_max + slack and o_mean <= 1.2 * c_mean + slack
+
+
+# (part widths, k): the verify program's q / k / v of the two examples and an odd last part
+SPLIT = [((576, 192, 192), 576), ((4096, 1024, 1024), 2560), ((64, 32, 40), 72)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 9])
+@pytest.mark.parametrize("widths,k", SPLIT)
+def test_gemv_split3(env, widths, k, m):
+    """One launch over the merged [q; k; v] rows writes each part into its own [m, n_i]
+    buffer with the bits of the plain GEMV of that part (same block size), nothing past."""
+    torch, ok, kern = env
+    n = sum(widths)
+    a, w = _inputs(torch, n, k, m, seed=n + 13 * k + m)
+    warps = ok.gemv_warps(n, k)
+    bufs = [torch.full((m * x + GUARD,), float("nan"), dtype=torch.bfloat16, device="cuda")
+            for x in widths]
+    kern.gemv_split3(a, w, bufs, widths, warps)
+    torch.cuda.synchronize()
+    row = 0
+    for x, buf in zip(widths, bufs):
+        assert torch.isnan(buf[m * x:]).all(), "wrote past a part"
+        want = _run(torch, kern, a, w[row:row + x].contiguous(), warps=warps)
+        assert torch.equal(buf[:m * x].view(m, x), want), f"part at row {row}"
+        row += x

@@ -37,6 +37,8 @@ def dspark_command(
     nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
     gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
                                       "(cublaslt or gemv)")] = DEFAULT_GEMM,
+    fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fused "
+                                       "GEMVs in the few-row programs")] = True,
 ) -> None:
     """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
     try:
@@ -52,8 +54,9 @@ def dspark_command(
         capture = repo.find(cap0, "capture") if capture is None else repo.given(capture,
                                                                                 "capture")
         config = repo.find(cfg0, "config") if config is None else repo.given(config, "config")
-        extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
-        r = generate(capture, config, draft, label=label, nvcc=nvcc, gemm=gemm,
+        extra = (f" --gemm {gemm}" if gemm != DEFAULT_GEMM else "") + ("" if fuse else
+                                                                        " --no-fuse")
+        r = generate(capture, config, draft, label=label, nvcc=nvcc, gemm=gemm, fuse=fuse,
                      command=f"uv run --frozen kern-gen dspark {target}{extra}")
     except KernError as exc:
         fail("kern-gen dspark", exc)

@@ -54,6 +54,10 @@ def _make(preset: str):
                                                "merge) or one-launch (the last split block "
                                                "merges); prefill always uses the flash "
                                                "kernel")] = DEFAULT_ATTENTION,
+        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fused "
+                                           "GEMVs in the few-row programs (gate/up + "
+                                           "SiLU*mul in one launch; verify's q/k/v in one)")]
+            = True,
     ) -> None:
         shown = out
         try:
@@ -70,8 +74,8 @@ def _make(preset: str):
                 if given is not None:
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
-                         label=label, command=_command(preset, gemm, attention), nvcc=nvcc,
-                         gemm=gemm, attention=attention)
+                         label=label, command=_command(preset, gemm, attention, fuse),
+                         nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
         write(r, out)
@@ -83,10 +87,11 @@ def _make(preset: str):
     return cmd
 
 
-def _command(preset: str, gemm: str, attention: str = "split") -> str:
+def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True) -> str:
     """The command the README says regenerates the example (options that are not default)."""
     extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
     extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
+    extra += "" if fuse else " --no-fuse"
     return f"uv run --frozen kern-gen {preset}{extra}"
 
 

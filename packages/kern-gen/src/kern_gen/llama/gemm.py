@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import WiringError
-from .ir import TOK, Op
+from .ir import TOK, Op, Ref
 from .programs import FEW_ROWS
 
 if TYPE_CHECKING:
@@ -32,6 +32,9 @@ ACC_PARAMS = [*PARAMS[:2], "inout buffer<bf16>", *PARAMS[3:]]
 """``[a, w, c, m, n, k]`` with ``C += A·Wᵀ`` (β = 1): the accumulating GEMM (DSpark's tap
 projections and Markov head); cuBLASLt only (the own GEMV has no β)."""
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
+SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
+SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
+"""``[a, w, c0, c1, c2, m, n0, n1, n2, k]``: the q/k/v GEMV of :mod:`.fuse` (ABI.md 4b)."""
 GEMV_COLS = 16
 """Output columns (rows of W) per block of the own GEMV (kernels/ABI.md 4)."""
 GEMV_ROWS = 8
@@ -137,3 +140,57 @@ def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     name = asm.kernel_named(f"{program}.gemm.{n}x{k}", {"params": PARAMS, "impl": impl},
                             source)
     return {"label": op.label, "kernel": name, "args": args}
+
+
+def _gemv_checks(program: str, op: Op, refs: tuple[tuple[Ref, str], ...]) -> None:
+    if op.args["k"] % 8:
+        raise WiringError(f"{program}: {op.label}: k {op.args['k']}; the own GEMV needs "
+                          f"k % 8 == 0")
+    for ref, what in refs:
+        if ref.offset % 16:
+            raise WiringError(f"{program}: {op.label}: {what} at byte offset {ref.offset} of "
+                              f"`{ref.buf}`; the own GEMV needs 16-byte alignment")
+
+
+def _grid_y(rows: Any) -> Any:
+    return -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
+
+
+def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """``C = SiLU(A·W_gᵀ) · (A·W_uᵀ)``, ``W = [W_g; W_u]`` (:mod:`.fuse`): the own
+    ``kern_gemv_silu_bf16`` with the block size of the merged GEMM it replaces
+    (:func:`gemv_warps` of ``2n x k``: the same bits of g and u)."""
+    a = op.args
+    rows = a.get("rows", rows)
+    n, k = a["n"], a["k"]
+    _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
+    nw = gemv_warps(2 * n, k)
+    st = asm.own_step(GEMV_CUBIN, SILU_SYMBOL, weights_first=True, params=PARAMS,
+                      block=[32 * nw, 1, 1], grid=[-(-n // GEMV_COLS), _grid_y(rows), 1],
+                      args=[{"arg": i} for i in range(6)])
+    name = asm.kernel_named(f"{program}.gemm_silu.{n}x{k}",
+                            {"params": PARAMS, "impl": {"steps": [st]}},
+                            f"own `{SILU_SYMBOL}` (gate/up GEMV + SiLU·mul, {nw} warps)")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]), _m(rows),
+                     {"i32": n}, {"i32": k}]}
+
+
+def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """Three GEMMs of one input on contiguous weight rows, each part into its own buffer
+    (:mod:`.fuse`): the own ``kern_gemv_split3_bf16``, block size of the merged shape."""
+    a = op.args
+    rows = a.get("rows", rows)
+    widths, k = (a["n0"], a["n1"], a["n2"]), a["k"]
+    n = sum(widths)
+    _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
+    nw = gemv_warps(n, k)
+    st = asm.own_step(GEMV_CUBIN, SPLIT_SYMBOL, weights_first=True, params=SPLIT_PARAMS,
+                      block=[32 * nw, 1, 1], grid=[-(-n // GEMV_COLS), _grid_y(rows), 1],
+                      args=[{"arg": i} for i in range(10)])
+    name = asm.kernel_named(f"{program}.gemm_split.{'+'.join(map(str, widths))}x{k}",
+                            {"params": SPLIT_PARAMS, "impl": {"steps": [st]}},
+                            f"own `{SPLIT_SYMBOL}` (q/k/v GEMV in one launch, {nw} warps)")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c0"]), asm.arg(a["c1"]),
+                     asm.arg(a["c2"]), _m(rows), *({"i32": x} for x in widths), {"i32": k}]}

@@ -18,6 +18,7 @@ import kern_manifest
 from kern_manifest.contract import ContractError, check_manifest
 
 from . import config as C
+from . import fuse as FU
 from . import merge as M
 from . import repo
 from .arch import ARCHS, INV_FREQ
@@ -28,7 +29,7 @@ from .gemm import DEFAULT_GEMM, check_impl
 from .own import DEFAULT_ATTENTION
 from .kv import LAYOUT, KVLayout
 from .ir import Program
-from .programs import build
+from .programs import FEW_ROWS, build
 from .readme import readme
 from .wiring import Inputs
 
@@ -120,10 +121,12 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
-             attention: str = DEFAULT_ATTENTION, extension: Extension | None = None) -> Result:
+             attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
+             fuse: bool = True) -> Result:
     """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`);
     ``attention``: the decode attention (:data:`.own.DECODE_ATTENTION`); ``extension``: its
-    programs replace the plain ones (DSpark)."""
+    programs replace the plain ones (DSpark); ``fuse``: with ``gemm="gemv"``, the few-row
+    programs' fused GEMVs (:mod:`.fuse`)."""
     check_impl(gemm)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
@@ -156,6 +159,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if extension is not None:
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
+    if gemm == "gemv" and fuse:
+        programs = [FU.fuse_program(p) if p.name in FEW_ROWS else p for p in programs]
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,

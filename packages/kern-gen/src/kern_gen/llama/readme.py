@@ -49,23 +49,32 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       f"limit: {kv.max_len}** (`max_position_embeddings`, the captured cache length and the "
       f"writers' compiled bound `0 <= slot < {kv.max_len}`; declared as the domain of "
       f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).")
-    w(_gemm_line(asm.gemm_impl) + "\n")
+    w(_gemm_line(asm.gemm_impl, any(".gemm_silu." in k for k in asm.kernels)) + "\n")
     return L
 
 
-def _gemm_line(impl: str) -> str:
+def _gemm_line(impl: str, fused: bool = False) -> str:
     per_shape = ("the few-row programs' GEMMs (decode, verify: one kernel per shape, "
                  "`decode.gemm.<n>x<k>` / `verify.gemm.<n>x<k>`)")
     wide = "those of prefill and batch (kernel `gemm`)"
     if impl == "gemv":
-        return (f"- **GEMM implementation** `--gemm gemv`: {per_shape} through kern's own "
-                f"`kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per shape), "
-                f"{wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` gives "
-                f"the same programs and kernel interfaces, only those kernels' impls differ.")
-    return (f"- **GEMM implementation** `--gemm {impl}` (the default): every GEMM through "
-            f"cuBLASLt `extern:cublaslt_bf16_tn`: {per_shape} and {wide}. `--gemm gemv` gives "
-            f"the same programs and kernel interfaces, only the per-shape kernels' impls "
-            f"differ (kern's own GEMV).")
+        line = (f"- **GEMM implementation** `--gemm gemv` (the default): {per_shape} through "
+                f"kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per "
+                f"shape), {wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` "
+                f"gives the same programs and kernel interfaces, only those kernels' impls "
+                f"differ.")
+        if fused:
+            line += (" **Fused GEMVs** (`--fuse`, the default with gemv; `--no-fuse` keeps "
+                     "the programs above): each layer's gate/up GEMM(s) and the captured "
+                     "SiLU·mul kernel are one `<program>.gemm_silu.<n>x<k>` launch "
+                     "(`kern_gemv_silu_bf16`), and the dynamic programs' q/k/v GEMMs one "
+                     "`<program>.gemm_split.<n0>+<n1>+<n2>x<k>` launch "
+                     "(`kern_gemv_split3_bf16`); ABI.md 4a/4b, `kern_gen/llama/fuse.py`.")
+        return line
+    return (f"- **GEMM implementation** `--gemm {impl}`: every GEMM through "
+            f"cuBLASLt `extern:cublaslt_bf16_tn`: {per_shape} and {wide}. `--gemm gemv` (the "
+            f"default) gives the same programs and kernel interfaces, only the per-shape "
+            f"kernels' impls differ (kern's own GEMV).")
 
 
 def _kernels(asm) -> list[str]:

@@ -1,6 +1,7 @@
 """The GEMMs of one program, alone: a manifest holding only the dispatches of ``program``
 whose kernels are GEMMs (cuBLASLt externs, or kern-gen's kernels named ``gemm…`` or
-``<program>.gemm.<n>x<k>``, whichever implementation they have: ``kern-gen --gemm``), with
+``<program>.gemm.<n>x<k>``, whichever implementation they have: ``kern-gen --gemm``, and its
+fused GEMVs ``<program>.gemm_silu.…`` / ``<program>.gemm_split.…``), with
 the same weights, so that ``kern-run bench`` can time
 "the same step's GEMMs" through the same runtime path as the whole step.
 
@@ -18,6 +19,9 @@ from kern_manifest import Manifest, encode, parse_param_type
 
 from ..errors import KernRunError
 
+GEMM_NAMES = ("gemm", "gemm_silu", "gemm_split")
+"""The middle part of kern-gen's few-row GEMM kernel names (``decode.gemm_silu.1536x576``)."""
+
 
 def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict[str, Any]:
     """The GEMM-only manifest (as a JSON object) of ``program``; its program is ``name``."""
@@ -26,7 +30,7 @@ def gemm_only(m: Manifest, program: str = "decode", name: str = "gemms") -> dict
     doc = json.loads(encode(m))
     gemm_kernels = {k for k, kern in m.kernels.items()
                     if all(s.is_extern for s in kern.impl.steps) or k.startswith("gemm")
-                    or ".gemm." in k}
+                    or any(f".{g}." in k for g in GEMM_NAMES)}
     dispatches = [(i, d) for i, d in enumerate(m.programs[program].dispatches)
                   if d.kernel in gemm_kernels]
     if not dispatches:
