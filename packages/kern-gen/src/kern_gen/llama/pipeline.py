@@ -123,10 +123,9 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
              fuse: bool = True) -> Result:
-    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`);
-    ``attention``: the decode attention (:data:`.own.DECODE_ATTENTION`); ``extension``: its
-    programs replace the plain ones (DSpark); ``fuse``: with ``gemm="gemv"``, the few-row
-    programs' fused GEMVs (:mod:`.fuse`)."""
+    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`), with
+    ``fuse`` their fused GEMVs (:mod:`.fuse`); ``attention``: the decode attention
+    (:data:`.own.DECODE_ATTENTION`); ``extension``: its programs replace the plain ones."""
     check_impl(gemm)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
