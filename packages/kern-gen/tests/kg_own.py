@@ -22,3 +22,27 @@ def assert_same_output(written: Path, example: Path) -> None:
     assert got == sorted(p.name for p in (example / "kernels").iterdir())
     for n in got:
         assert (written / "kernels" / n).read_bytes() == (example / "kernels" / n).read_bytes(), n
+
+
+def wiring_inputs(preset: str, tmp: Path):
+    """``(mined JSON path, ModelConfig, wiring.Inputs)`` of a committed capture preset (mined
+    into ``tmp``)."""
+    from kern_mine import encode_json, mine
+
+    from kern_gen.llama import config as C
+    from kern_gen.llama.arch import ARCHS
+    from kern_gen.llama.command import PRESETS
+    from kern_gen.llama.facts import load
+    from kern_gen.llama.kv import KVLayout
+    from kern_gen.llama.pipeline import choose_groups
+    from kern_gen.llama.wiring import Inputs
+
+    root = Path(__file__).resolve().parents[3]
+    cap, cfg_path = root / PRESETS[preset][0], root / PRESETS[preset][1]
+    mined = tmp / "m.json"
+    mined.write_bytes(encode_json(mine(cap)))
+    facts = load(cap, mined, None)
+    cfg = C.load(cfg_path)
+    dg, pg = choose_groups(facts)
+    return mined, cfg, Inputs(facts, cfg, ARCHS[cfg.model_type],
+                              KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)

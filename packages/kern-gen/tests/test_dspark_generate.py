@@ -11,8 +11,7 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
-from kg_own import assert_same_output, own_committed
-from kern_mine import encode_json, mine
+from kg_own import assert_same_output, own_committed, wiring_inputs
 
 from kern_gen.dspark import draft as D
 from kern_gen.dspark import spec as S
@@ -21,13 +20,9 @@ from kern_gen.dspark.generate import DSpark
 from kern_gen.dspark.programs import ORDER, build
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama import config as C
-from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.command import PRESETS
-from kern_gen.llama.facts import load
 from kern_gen.llama.ir import CARRY, Op, Ref, is_weight, reads, writes
 from kern_gen.llama.kv import KVLayout
-from kern_gen.llama.pipeline import choose_groups
-from kern_gen.llama.wiring import Inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 NAMES = [p for p in ("llama", "qwen3") if (ROOT / PRESETS[p][0]).is_dir()]
@@ -44,13 +39,7 @@ def tiny(cfg: C.ModelConfig, **kw) -> S.DraftSpec:
 @pytest.fixture(scope="module", params=NAMES)
 def target(request, tmp_path_factory):
     cap, cfg_path, out = (ROOT / p for p in PRESETS[request.param][:3])
-    mined = tmp_path_factory.mktemp("mined") / "m.json"
-    mined.write_bytes(encode_json(mine(cap)))
-    facts = load(cap, mined, None)
-    cfg = C.load(cfg_path)
-    dg, pg = choose_groups(facts)
-    g = Inputs(facts, cfg, ARCHS[cfg.model_type],
-               KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)
+    mined, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
     return dict(name=request.param, cap=cap, cfg_path=cfg_path, out=out, mined=mined, g=g,
                 cfg=cfg, progs={p.name: p for p in build(g, tiny(cfg))})
 

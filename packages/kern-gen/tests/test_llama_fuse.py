@@ -8,20 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kern_mine import encode_json, mine
+from kg_own import wiring_inputs
 
 from kern_gen.llama import WiringError
-from kern_gen.llama import config as C
 from kern_gen.llama import merge as M
-from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.command import PRESETS
-from kern_gen.llama.facts import load
 from kern_gen.llama.fuse import fuse_program
 from kern_gen.llama.ir import TOK, TOKEN_IDS, Op, Program, Ref, reads, writes
-from kern_gen.llama.kv import KVLayout
-from kern_gen.llama.pipeline import choose_groups
 from kern_gen.llama.programs import PROGRAMS
-from kern_gen.llama.wiring import Inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,14 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module", params=[p for p in ("llama", "qwen3")
                                         if (ROOT / PRESETS[p][0]).is_dir()])
 def programs(request, tmp_path_factory):
-    cap, cfg_path = ROOT / PRESETS[request.param][0], ROOT / PRESETS[request.param][1]
-    mined = tmp_path_factory.mktemp("mined") / "m.json"
-    mined.write_bytes(encode_json(mine(cap)))
-    facts = load(cap, mined, None)
-    cfg = C.load(cfg_path)
-    dg, pg = choose_groups(facts)
-    g = Inputs(facts, cfg, ARCHS[cfg.model_type],
-               KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)
+    _, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
     return cfg, {n: M.merge_projections(PROGRAMS[n](g), cfg) for n in ("decode", "verify")}
 
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .errors import WiringError
+from .gemm import GEMV_COLS
 from .ir import Op, Program, Ref, check_dataflow, reads, used_buffers, writes
 
 SILU_LABEL = "silu_mul"
-GEMV_COLS = 16          # kern_gemv_split3_bf16: parts 0 and 1 are whole 16-column blocks
 
 
 def fuse_program(prog: Program) -> Program:
@@ -182,6 +182,7 @@ def _chain(ops: list[Op], j: int) -> list[int] | None:
     if len(chain) != 3:
         return None
     n0, n1 = (ops[t].args["n"] for t in chain[:2])
+    # kern_gemv_split3_bf16: parts 0 and 1 are whole blocks of GEMV_COLS columns
     return chain if n0 % GEMV_COLS == 0 and n1 % GEMV_COLS == 0 else None
 
 

@@ -82,10 +82,7 @@ def gemv_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any]
     if k % 8:
         raise WiringError(f"GEMM n {n} k {k}: the own GEMV needs k % 8 == 0")
     nw = gemv_warps(n, k)
-    gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
-    # weights_first: gemv.cu loads its first W tile before the grid-dependency wait
-    st = asm.own_step(GEMV_CUBIN, GEMV_SYMBOL, weights_first=True, params=PARAMS,
-                      block=[32 * nw, 1, 1], grid=[-(-n // GEMV_COLS), gy, 1], args=[{"arg": i} for i in range(6)])
+    st = _gemv_step(asm, GEMV_SYMBOL, PARAMS, n, nw, rows)
     return {"steps": [st]}, f"own `{GEMV_SYMBOL}` (blocks of 16 columns x {nw} warps)"
 
 
@@ -152,8 +149,15 @@ def _gemv_checks(program: str, op: Op, refs: tuple[tuple[Ref, str], ...]) -> Non
                               f"`{ref.buf}`; the own GEMV needs 16-byte alignment")
 
 
-def _grid_y(rows: Any) -> Any:
-    return -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
+def _gemv_step(asm: Assembler, symbol: str, params: list[str], cols: int, nw: int,
+               rows: Any) -> dict[str, Any]:
+    """A step of a gemv.cu kernel: ``cols`` output columns in blocks of 16, ``nw`` warps, 8
+    rows per grid y, the interface's arguments forwarded; ``weights_first``: every gemv.cu
+    kernel loads its first W tile before the grid-dependency wait."""
+    gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
+    return asm.own_step(GEMV_CUBIN, symbol, weights_first=True, params=params,
+                        block=[32 * nw, 1, 1], grid=[-(-cols // GEMV_COLS), gy, 1],
+                        args=[{"arg": i} for i in range(len(params))])
 
 
 def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -165,9 +169,7 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     n, k = a["n"], a["k"]
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
     nw = gemv_warps(2 * n, k)
-    st = asm.own_step(GEMV_CUBIN, SILU_SYMBOL, weights_first=True, params=PARAMS,
-                      block=[32 * nw, 1, 1], grid=[-(-n // GEMV_COLS), _grid_y(rows), 1],
-                      args=[{"arg": i} for i in range(6)])
+    st = _gemv_step(asm, SILU_SYMBOL, PARAMS, n, nw, rows)
     name = asm.kernel_named(f"{program}.gemm_silu.{n}x{k}",
                             {"params": PARAMS, "impl": {"steps": [st]}},
                             f"own `{SILU_SYMBOL}` (gate/up GEMV + SiLU·mul, {nw} warps)")
@@ -185,9 +187,7 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
     n = sum(widths)
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
     nw = gemv_warps(n, k)
-    st = asm.own_step(GEMV_CUBIN, SPLIT_SYMBOL, weights_first=True, params=SPLIT_PARAMS,
-                      block=[32 * nw, 1, 1], grid=[-(-n // GEMV_COLS), _grid_y(rows), 1],
-                      args=[{"arg": i} for i in range(10)])
+    st = _gemv_step(asm, SPLIT_SYMBOL, SPLIT_PARAMS, n, nw, rows)
     name = asm.kernel_named(f"{program}.gemm_split.{'+'.join(map(str, widths))}x{k}",
                             {"params": SPLIT_PARAMS, "impl": {"steps": [st]}},
                             f"own `{SPLIT_SYMBOL}` (q/k/v GEMV in one launch, {nw} warps)")
