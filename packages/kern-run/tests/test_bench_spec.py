@@ -26,14 +26,14 @@ def test_kern_spec_aggregates_both_sets(tok):
     info = SimpleNamespace(max_tokens=1024, vocab=49152)
     out = kern_spec(rt, info, tok, steps=24, k=5, ngram=(2, 4), capacity=2048, fixed=False,
                     verify_max=16, limit=2)
-    assert set(out) == {"input-grounded", "open-chat"}
+    assert set(out) == {"input-grounded", "open-chat", "math-code"}
     for r in out.values():
         assert r["prompts"] == 2 and r["bugs"] == [] and r["identical"] == 2
         if r["rounds"]:
             assert r["tau"] >= 1 and 0 <= r["acceptance_rate"] <= 1
             assert len(r["acceptance"]) <= 5
     ids = prompt_ids(tok, limit=2)
-    assert [len(v) for v in ids.values()] == [2, 2]
+    assert [len(v) for v in ids.values()] == [2, 2, 2]
     rep = Report()
     spec_set_rows(rep, out, None)
     assert [r.case for r in rep.rows].count("spec input-grounded") == 3
@@ -63,4 +63,9 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
     assert [r.case for r in rep.rows].count("dspark open-chat") == 4
+    assert [r.case for r in rep.rows].count("dspark math-code") == 4
+    mc = next(r for r in rep.rows if r.case == "dspark math-code" and "ms/token" in r.what)
+    assert mc.target == "≥ 1.6x" and mc.note.endswith(("met", "MISSED"))
+    ig = next(r for r in rep.rows if r.case == "dspark input-grounded" and "ms/token" in r.what)
+    assert ig.target == "" and not ig.note.endswith(("met", "MISSED"))
     assert any("τ" in r.what and "block 7" in r.note for r in rep.rows)

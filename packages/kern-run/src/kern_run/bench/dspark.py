@@ -20,9 +20,10 @@ from typing import Any
 from ..spec import load_prompt_sets, spec_check
 from .spec import SetResult
 
-#: issue 15: online τ ≥ 2.2, ≥ 1.3x plain on chat prompts, ≥ 1.6x on math/code (here the
-#: input-grounded set: code rewrites and passages).
-DSPARK_TARGETS = {"tau": 2.2, "open-chat": 1.3, "input-grounded": 1.6}
+#: issue 15: online τ ≥ 2.2, ≥ 1.3x plain on chat prompts, ≥ 1.6x on math/code (the
+#: math-code set: held-out GSM8K and HumanEval prompts).  The input-grounded set (code
+#: rewrites, passages: the n-gram drafter's home ground) has no DSpark target; it is reported.
+DSPARK_TARGETS = {"tau": 2.2, "open-chat": 1.3, "math-code": 1.6, "input-grounded": None}
 
 
 @dataclass
@@ -105,16 +106,16 @@ def smollm2_dspark(*, steps: int, k: int | None, limit: int | None, gpu: int) ->
 def dspark_rows(rep, sp: dict) -> None:
     """The DSpark rows of the table (``sp``: :func:`smollm2_dspark`'s result)."""
     f = lambda x, fmt: "–" if x is None else format(x, fmt)  # noqa: E731
-    for name in ("input-grounded", "open-chat"):
+    for name in ("math-code", "open-chat", "input-grounded"):
         r = sp.get(name)
         if not r:
             continue
         t, sx, tau = DSPARK_TARGETS[name], r["speedup"], r["tau"]
         case = f"dspark {name}"
+        verdict = "" if t is None else ": met" if sx and sx >= t else ": MISSED"
         rep.add(case, f"ms/token DSpark vs plain ({r['prompts']} prompts)",
                 f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
-                target=f"≥ {t}x", note=f"{f(sx, '.2f')}x: " + ("met" if sx and sx >= t
-                                                               else "MISSED"))
+                target="" if t is None else f"≥ {t}x", note=f"{f(sx, '.2f')}x{verdict}")
         rep.add(case, "τ tokens/round (incl. bonus)", f(tau, ".2f"),
                 target=f"≥ {DSPARK_TARGETS['tau']}",
                 note=("met" if tau and tau >= DSPARK_TARGETS["tau"] else "MISSED")

@@ -89,7 +89,7 @@ class SetResult:
 
 def kern_spec(rt, info, tok, *, steps: int, k: int, ngram: tuple[int, int], capacity,
               fixed: bool, verify_max: int, limit: int | None = None) -> dict[str, dict]:
-    """Both prompt sets through plain and speculative decoding on loaded runtime ``rt``
+    """Every prompt set through plain and speculative decoding on loaded runtime ``rt``
     (``info``: the contract, ``tok``: the model's tokenizer); ``limit`` prompts per set."""
     sets = load_prompt_sets()
     common = dict(steps=steps, chunk=info.max_tokens, max_tokens=info.max_tokens, eos=(),
@@ -107,14 +107,15 @@ def kern_spec(rt, info, tok, *, steps: int, k: int, ngram: tuple[int, int], capa
 
 
 def prompt_ids(tok, limit: int | None = None) -> dict[str, list[list[int]]]:
-    """The chat-rendered prompt ids of both sets (for the peer, which gets the same ids)."""
+    """The chat-rendered prompt ids of every set (for the peer, which gets the same ids)."""
     return {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
             for name, prompts in load_prompt_sets().items()}
 
 
 #: issue 14's targets: verify(8) ≤ 1.25 decode steps; input-grounded ≥ 1.6x plain with
-#: τ ≥ 2.5; open chat ≥ 0.97x plain.
-SPEC_TARGETS = {"verify_ratio": 1.25, "input-grounded": 1.6, "open-chat": 0.97, "tau": 2.5}
+#: τ ≥ 2.5; open chat ≥ 0.97x plain (the math-code set, issue 15's, has none for n-gram).
+SPEC_TARGETS = {"verify_ratio": 1.25, "input-grounded": 1.6, "open-chat": 0.97,
+                "math-code": 0.97, "tau": 2.5}
 PEER_PROMPTS = 8
 
 
@@ -154,7 +155,7 @@ def smollm2_spec(rt, info, b, *, steps: int, k: int, capacity, fixed: bool,
 
 
 def spec_set_rows(rep, sp: dict, peer: dict | None) -> None:
-    for name in ("input-grounded", "open-chat"):
+    for name in ("input-grounded", "open-chat", "math-code"):
         r = sp.get(name)
         if not r:
             continue

