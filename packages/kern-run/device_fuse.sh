@@ -123,6 +123,7 @@ EOF
       timeout 290 python3 packages/kern-gen/device_check_qwen3.py --out "$OUT" 2>&1 | tail -20 \
         | tee "$OUT/qwen3_check.log"
       note qwen3 "${PIPESTATUS[0]}" ;;
+    setup) ;;   # the set-up above is all it does
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done
