@@ -30,8 +30,8 @@
 // 32 s + 8 t: since k is summed over, any assignment of real k indices to the mma's k slots
 // is correct as long as W and A agree, so the 16-byte vectors feed the fragments directly
 // (no shared memory, no shuffles, no conversion).  W loads are ld.global.nc.L1::no_allocate
-// (never written by any program); a batch of kUnroll = 4 steps is in flight per warp: 8 W + 4
-// A 16-byte loads per thread, 4 KB of W per warp.  Two accumulator sets (the two mmas of a
+// with a 256-byte L2 fetch (W is never written by any program); a batch of kUnroll = 4 steps
+// is in flight per warp: 8 W + 4 A 16-byte loads per thread, 4 KB of W per warp.  Two accumulator sets (the two mmas of a
 // step) halve the mma dependency chain.  The warps' partial tiles are summed through shared
 // memory in warp order: deterministic, no atomics, the same bits on every launch with the
 // same block size (each C element is its own dot product: a row's result does not depend on
@@ -67,13 +67,19 @@ constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
 
-// 16 bytes of W (read-only for every program), zeros when !ok.
+// 16 bytes of W (read-only for every program), zeros when !ok.  .L2::256B asks L2 to fetch the
+// aligned 256 bytes around the address: one warp step reads 64 bytes of each of its 16 rows
+// and the block's next three warps the following 192, so a row's 256 bytes arrive with one
+// request instead of four.  It changes no value, only traffic: on the H200 the Qwen3-4B
+// lm_head went from 189.6 to 179.7 us, gate_up 28.8 -> 28.2, down 17.3 -> 16.7 (kernel alone)
+// and the decode step 3.095 -> 2.986 ms (kern-run bench lever, same process; tokens identical;
+// docs/measurements.md, issue 16, tenth session).
 __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
     uint4 r;
     asm volatile(
         "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
         " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        " @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
     return r;
 }
