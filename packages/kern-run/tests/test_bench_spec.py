@@ -60,6 +60,8 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
         assert r["draft_ms_per_round"] > 0 and r["verify_ms_per_round"] > 0
         assert r["gpu"] == {"gpu_draft_ms_per_round": None, "gpu_verify_ms_per_round": None,
                             "gpu_precompute_ms_per_round": None}
+        assert r["tau_before_eos"] is None or 1 <= r["tau_before_eos"] <= 8
+        assert 0 <= r["after_eos_share"] <= 1
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
     assert [r.case for r in rep.rows].count("dspark open-chat") == 4
@@ -69,3 +71,12 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
     ig = next(r for r in rep.rows if r.case == "dspark input-grounded" and "ms/token" in r.what)
     assert ig.target == "" and not ig.note.endswith(("met", "MISSED"))
     assert any("τ" in r.what and "block 7" in r.note for r in rep.rows)
+
+
+def test_before_eos_counts_the_rounds_that_start_before_the_first_stop():
+    from kern_run.bench.dspark import before_eos
+    # token 0 from decode, then rounds of 3, 1, 4 and 2 tokens: they start at 1, 4, 5, 9
+    toks = [5, 6, 7, 8, 9, 2, 6, 6, 6, 6, 6]
+    assert before_eos(toks, [3, 1, 4, 2], {2}) == (2, 4, 6)    # EOS at 5: the rounds at 1, 4
+    assert before_eos(toks, [3, 1, 4, 2], {99}) == (4, 10, 0)  # no EOS: every round
+    assert before_eos([2, 5, 5], [2], {2}) == (0, 0, 3)         # EOS first: no round before it

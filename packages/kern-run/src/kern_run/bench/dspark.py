@@ -26,9 +26,30 @@ from .spec import SetResult
 DSPARK_TARGETS = {"tau": 2.2, "open-chat": 1.3, "math-code": 1.6, "input-grounded": None}
 
 
+def before_eos(tokens: list[int], round_log: list[int], eos) -> tuple[int, int, int]:
+    """(rounds, their tokens, tokens at or after the first EOS) of one run whose generated
+    ``tokens`` came from a first decode step and then the rounds of ``round_log`` in order
+    (the DSpark loop: plain steps only at the tail).  A round counts when it starts before the
+    first EOS.  The bench runs past EOS (every run has ``steps`` tokens); the draft was trained
+    on continuations that end at it, so τ there and τ before it are reported apart."""
+    e = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
+    rounds = n = 0
+    pos = 1
+    for t in round_log:
+        if pos >= e:
+            break
+        rounds, n, pos = rounds + 1, n + t, pos + t
+    return rounds, n, len(tokens) - e
+
+
 @dataclass
 class DSparkSetResult(SetResult):
+    eos: frozenset[int] = frozenset()   # the tokenizer's stop ids (for :func:`before_eos`)
     reached: list[int] = field(default_factory=list)
+    eos_rounds: int = 0                 # rounds before the first EOS, over the set's runs
+    eos_round_tokens: int = 0
+    after_eos: int = 0                  # plain tokens at or after the first EOS
+    tokens: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     gpu: dict | None = None           # the GPU split of one timed-with-events run
@@ -36,6 +57,11 @@ class DSparkSetResult(SetResult):
     def add(self, report) -> None:
         super().add(report)
         st = report.spec.spec
+        r, n, after = before_eos(list(report.plain.tokens), st.round_log, self.eos)
+        self.eos_rounds += r
+        self.eos_round_tokens += n
+        self.after_eos += after
+        self.tokens += len(report.plain.tokens)
         self.draft_s += st.draft_s
         self.verify_s += st.verify_s
         for i, r in enumerate(st.reached):
@@ -47,6 +73,9 @@ class DSparkSetResult(SetResult):
         d = super().as_dict()
         per = lambda s: 1000 * s / self.rounds if self.rounds else None  # noqa: E731
         d.update({"conditional": [a / r for a, r in zip(self.accepted, self.reached) if r],
+                  "tau_before_eos": (self.eos_round_tokens / self.eos_rounds
+                                     if self.eos_rounds else None),
+                  "after_eos_share": self.after_eos / self.tokens if self.tokens else None,
                   "draft_ms_per_round": per(self.draft_s),
                   "verify_ms_per_round": per(self.verify_s),
                   "host_ms_per_round": per(self.host_s), "gpu": self.gpu})
@@ -68,7 +97,7 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     spec_check(rt, ids["open-chat"][0], speculate=loop, **common)      # warm-up
     out = {}
     for name, prompts in ids.items():
-        r = DSparkSetResult(name)
+        r = DSparkSetResult(name, eos=frozenset(tok.eos_ids))
         for p in prompts:
             r.add(spec_check(rt, p, speculate=loop, **common))
         if prompts:
@@ -119,7 +148,9 @@ def dspark_rows(rep, sp: dict) -> None:
         rep.add(case, "τ tokens/round (incl. bonus)", f(tau, ".2f"),
                 target=f"≥ {DSPARK_TARGETS['tau']}",
                 note=("met" if tau and tau >= DSPARK_TARGETS["tau"] else "MISSED")
-                + f"; {r['rounds']} rounds (block {sp.get('_block')})")
+                + f"; {r['rounds']} rounds (block {sp.get('_block')}); before the first EOS "
+                f"{f(r.get('tau_before_eos'), '.2f')}, "
+                f"{f(r.get('after_eos_share'), '.0%')} of the tokens after it")
         rep.add(case, "acceptance per position | prev accepted",
                 " ".join(f"{a:.2f}" for a in r["conditional"]) or "–",
                 note="unconditional " + (" ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"))

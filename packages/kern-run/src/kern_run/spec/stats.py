@@ -35,6 +35,7 @@ class SpecStats:
     host_s: float = 0.0
     host_gaps: int = 0                  # round ends whose host time is in host_s
     widths: list[int] = field(default_factory=list)    # verify `tokens` values captured
+    round_log: list[int] = field(default_factory=list)  # tokens each round emitted, in order
 
     def record(self, drafts: int, accepted: int, tokens: int, span_s: float) -> None:
         """One round over ``drafts`` drafts of which ``accepted`` were accepted and
@@ -49,6 +50,7 @@ class SpecStats:
             self.accepted[i] += 1
         self.rounds += 1
         self.round_tokens += tokens
+        self.round_log.append(tokens)
         self.round_s += span_s
 
     @property
