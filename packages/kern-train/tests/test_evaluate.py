@@ -39,14 +39,14 @@ def counting_draft() -> Draft:
     return d
 
 
-def seqs(rows: list[list[int]]) -> Sequences:
+def seqs(rows: list[list[int]], source=None) -> Sequences:
     T = max(map(len, rows))
     tok = np.zeros((len(rows), T), dtype=np.int32)
     for i, r in enumerate(rows):
         tok[i, :len(r)] = r
     n = len(rows)
     return Sequences(tok, np.array([len(r) for r in rows], np.int32), np.ones(n, np.int32),
-                     np.ones(n, bool), {})
+                     np.ones(n, bool), {}, None if source is None else np.array(source))
 
 
 def test_tau_of_a_hand_built_case():
@@ -60,6 +60,18 @@ def test_tau_of_a_hand_built_case():
     want = [9 / 17, 9 / 17, 9 / 17] + [8 / 17] * 4
     assert np.allclose(res["acceptance"], want, atol=1e-4)
     assert np.allclose(res["conditional"][:4], [9 / 17, 1, 1, 8 / 9], atol=1e-4)
+    assert res["by_source"] == {}                      # sequences without sources
+
+
+def test_tau_per_source():
+    rows = [list(range(16)), [5] * 16, [0, 1, 2, 3, 4, 0, 0, 0, 0]]
+    res = evaluate(FlatTarget(), counting_draft(), seqs(rows, ["chat", "math", "math"]),
+                   anchors=64)
+    by = res["by_source"]
+    assert set(by) == {"chat", "math"}
+    assert by["chat"]["anchors"] == 8 and abs(by["chat"]["tau"] - 8.0) < 1e-6
+    assert by["math"]["anchors"] == 9 and abs(by["math"]["tau"] - (8 * 1 + 4) / 9) < 1e-6
+    assert by["chat"]["anchors"] + by["math"]["anchors"] == res["anchors"]
 
 
 def test_chain_uses_the_drafts_own_previous_token():

@@ -114,3 +114,11 @@ def test_fit_eval_export(tmp_path, tiny_target, sequences):
     sequences.save(tmp_path / "s.npz")
     back = seqs(tmp_path / "s.npz")
     assert np.array_equal(back.tokens, sequences.tokens) and back.meta == sequences.meta
+    assert np.array_equal(back.sources(), sequences.sources())
+    assert set(t["offline"]["by_source"]) <= set(sequences.sources()[sequences.eval])
+    # a file written before sources existed still loads (every source "")
+    np.savez(tmp_path / "old.npz", tokens=sequences.tokens, length=sequences.length,
+             prompt_len=sequences.prompt_len, eval=sequences.eval,
+             meta=np.array(json.dumps(sequences.meta)))
+    old = seqs(tmp_path / "old.npz")
+    assert old.source is None and set(old.sources()) == {""}

@@ -5,7 +5,9 @@ the Markov head chained greedily — ``d_k = argmax(base_k + W2 · W1[prev_k])``
 ``prev_0 = a`` and ``prev_k = d_{k−1}`` (the draft's own token). They are compared with the
 target's greedy continuation ``g_k`` = token p + k + 1 of the sequence; ``accepted`` is the
 length of the longest equal prefix, τ = mean(1 + accepted) (the bonus token counted), and the
-per-position acceptance ``P(accepted ≥ k)``, k = 1..B.
+per-position acceptance ``P(accepted ≥ k)``, k = 1..B; ``by_source`` gives the same per prompt
+source (sharegpt, gsm8k, humaneval) when the sequences record it, since the online benchmark
+measures chat and math/code prompts apart.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
              batch: int = 32, seed: int = 1) -> dict:
     """Offline τ over the held-out sequences of ``seqs`` (``anchors`` per sequence, seeded)."""
     held = np.flatnonzero(seqs.eval)
+    src = seqs.sources()
     B = draft.cfg.block
     dev = target.device
     gen = torch.Generator().manual_seed(seed)
-    accs = []
+    accs, srcs = [], []
     draft.eval()
     for i in range(0, len(held), batch):
         b = make_batch(seqs, held[i:i + batch], anchors, B, gen, dev)
@@ -66,6 +69,10 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
             base = draft.base_logits(h)
             d = chain_greedy(base, draft.markov, b.tokens.gather(1, b.anchors))
         accs.append(accepted_prefix(d, labels(b, B))[b.valid].cpu())
+        rows = np.repeat(src[held[i:i + batch]], b.anchors.shape[1])   # [S·N], row-major
+        srcs.append(rows[b.valid.flatten().cpu().numpy()])
     draft.train()
     acc = torch.cat(accs) if accs else torch.zeros(0, dtype=torch.long)
-    return {**summarize(acc, B), "sequences": int(len(held)), "seed": seed}
+    per = np.concatenate(srcs) if srcs else np.zeros(0, dtype=str)
+    by = {s: summarize(acc[torch.as_tensor(per == s)], B) for s in sorted(set(per)) if s}
+    return {**summarize(acc, B), "sequences": int(len(held)), "seed": seed, "by_source": by}

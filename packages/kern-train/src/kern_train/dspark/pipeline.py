@@ -83,7 +83,10 @@ def train_and_export(target: Target, draft: Draft, seqs: Sequences, fit_cfg: Fit
                 "wall_seconds": round(t1 - t0, 1)},
         "offline": {"tau": round(ev["tau"], 4), "acceptance": ev["acceptance"],
                     "conditional": ev["conditional"], "anchors": ev["anchors"],
-                    "sequences": ev["sequences"], "seed": ev["seed"]},
+                    "sequences": ev["sequences"], "seed": ev["seed"],
+                    "by_source": {k: {"tau": round(v["tau"], 4), "anchors": v["anchors"],
+                                      "acceptance": v["acceptance"]}
+                                  for k, v in ev["by_source"].items()}},
         "device": torch.cuda.get_device_name() if target.device.type == "cuda" else "cpu",
         "torch": torch.__version__,
     }
