@@ -14,7 +14,8 @@ each sequence on pages in a random order of the pool, against consecutive pages,
 generator's split counts, for one and for many sequences per launch.  The ``1 launch`` /
 ``2 launches`` rows time the one-launch decode (attn_decode.cu) against the former partial +
 reduce pair (attn_decode_split.cu, the generator's default), on the same data, in the same
-run.
+run.  The ``few splits`` table (also ``--only attn``) times the one-launch decode at fixed
+S = 1, 2, 4, 8 against the generator's rule, one row at contexts 128 to 1024.
 
 The GEMV rows (``--only gemv`` runs only them) time the own GEMV on the examples' decode GEMM
 shapes at m = 1 and 8 against torch's bf16 ``linear`` (cuBLAS), weights rotated over > 2 x
@@ -252,6 +253,44 @@ def bench_decode_launches(k, n_q, n_kv, d, batch, ctx, layers):
     LAUNCHES.append((what, one, two, tus))
 
 
+FEW = []   # (what, {splits: 1-launch us}, generator's 1-launch us, 2-launch us, torch us)
+
+
+def bench_decode_few_splits(k, n_q, n_kv, d, ctx, layers=8):
+    """One sequence of ``ctx`` keys: the one-launch decode at a fixed small split count
+    (S = s_min = 1, 2, 4, 8; at 1 it writes ``out`` directly, no scratch, no merge) against the
+    generator's split rule (one launch, and the default two-launch pair) on the same data.
+    The question it answers (issue 16): at short contexts, do fewer, longer splits in one
+    launch beat the generator's many short ones in two (SmolLM2 attention: 7.7 us a layer,
+    a third of its decode step, session 10's profile)?"""
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(4)
+    S, s_min = GEN_SPLITS[n_kv]
+    qkv, q, qs = _own_kernels_gpu.make_q(torch, 1, n_q, n_kv, d, g, dev)
+    lens = torch.full((1,), ctx, dtype=torch.int32, device=dev)
+    out = torch.empty((1, n_q, d), dtype=torch.bfloat16, device=dev)
+    scale = 1 / math.sqrt(d)
+    pools = [paged_layer(n_kv, d, [ctx], False, g) for _ in range(layers)]
+
+    def one(splits, smin):
+        pm, pa, cnt = decode_scratch(1, n_q, n_kv, splits, d)
+        us = time_cupy([(lambda c=c: k.attn_decode(q, qs, c[0], c[1], lens, c[2], pm, pa,
+                                                    cnt, out, n_q, n_kv, splits, scale, 1,
+                                                    s_min=smin)) for c in pools])
+        assert not cnt.any(), "the one-launch decode left its counters non-zero"
+        return us
+    few = {s: one(s, s) for s in (1, 2, 4, 8)}
+    gen_one = one(S, s_min)
+    pm, pa, _ = decode_scratch(1, n_q, n_kv, S, d)
+    two = time_cupy([(lambda c=c: k.attn_decode_two_step(q, qs, c[0], c[1], lens, c[2], pm, pa,
+                                                          out, n_q, n_kv, S, scale, 1,
+                                                          s_min=s_min)) for c in pools])
+    tus = sdpa_decode_us(n_q, n_kv, d, 1, ctx, layers, "decode")
+    FEW.append((f"{n_q}q/{n_kv}kv d{d} ctx{ctx}", few, gen_one, two, tus))
+    del pools
+    torch.cuda.empty_cache()
+
+
 def bench_prefill(k, n_q, n_kv, d, tokens, permuted=False):
     """One chunk at pos0 = 0: an identity table over a padded slot-major cache, or permuted
     pages of a token-major pool."""
@@ -357,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench_decode_launches(k, n_q, n_kv, d, 1, ctx, layers=4 if ctx > 4096 else 8)
             for batch in (8, 32, 64):
                 bench_decode_launches(k, n_q, n_kv, d, batch, 1024, layers=2)
+            for ctx in (128, 256, 512, 1024):
+                bench_decode_few_splits(k, n_q, n_kv, d, ctx)
     if args.only == "all":
         others(k)
     if args.only in ("all", "gemv"):
@@ -374,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         for what, one, two, tus in LAUNCHES:
             ts = f"{tus:9.2f}" if tus else f"{'-':>9s}"
             print(f"{what:44s} {one:9.2f} {two:9.2f} {two - one:7.2f} {ts}")
+    if FEW:
+        print("\n== decode, one row: one launch at S = 1/2/4/8 vs the generator's rule (us) ==")
+        print(f"{'what':28s} {'S=1':>7s} {'S=2':>7s} {'S=4':>7s} {'S=8':>7s} "
+              f"{'gen 1L':>7s} {'gen 2L':>7s} {'torch':>7s}")
+        for what, few, one, two, tus in FEW:
+            print(f"{what:28s} " + " ".join(f"{few[s]:7.2f}" for s in (1, 2, 4, 8))
+                  + f" {one:7.2f} {two:7.2f} " + (f"{tus:7.2f}" if tus else f"{'-':>7s}"))
     return 0
 
 
