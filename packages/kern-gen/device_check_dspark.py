@@ -21,6 +21,12 @@ independent reference, then the loop's losslessness and timing, in one process.
 3. **Loop**: per prompt, plain greedy (`kern_run.generate`) and the DSpark loop
    (`kern_run.spec.dspark.dspark_generate`), same runtime: tokens compared; tokens per round,
    per-position acceptance, ms per token of both and the round's time split printed.
+4. **Offline at the loop's anchors** (a trained `--draft` only): on the text each DSpark run
+   produced, the torch `Draft` teacher-forced with transformers' taps at exactly the anchors
+   the loop used (one per round, from the stats' `round_log`): what it accepts there against
+   what the loop accepted. Equal: the draft is as good online as offline on this text (a gap to
+   the held-out τ is then the text's); the reference higher: the serving path feeds the draft
+   something else (docs/plan-issue-15.md).
 Writes $OUT/device_check_dspark.json; exit 1 when a wiring error exceeds the bound or the loop
 is not lossless at a position whose plain-decode margin exceeds 0.5 logits.
 """
@@ -158,6 +164,24 @@ def wiring(rt, ref, model, spec: dict, ids: list[int], fc, log) -> dict:
             want[n - 1]), "rows": rows}
 
 
+def offline_at_anchors(ref_target, ref, ids: list[int], sp) -> dict:
+    """Stage 4 for one DSpark run ``sp`` of prompt ``ids``."""
+    from kern_train.dspark.evaluate import accepted_at
+    seq = list(ids) + list(sp.tokens)
+    anchors, pos = [], len(ids)
+    for t in sp.spec.round_log:          # round r's anchor: the token the rounds before emitted
+        anchors.append(pos)
+        pos += t
+    want = accepted_at(ref_target, ref, seq, anchors)
+    pairs = [(t - 1, w) for t, w in zip(sp.spec.round_log, want) if w is not None]
+    n = max(len(pairs), 1)
+    return {"rounds": len(pairs),
+            "online_tau": 1 + sum(o for o, _ in pairs) / n,
+            "reference_tau": 1 + sum(w for _, w in pairs) / n,
+            "reference_more": sum(w > o for o, w in pairs),
+            "reference_less": sum(w < o for o, w in pairs)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
@@ -200,8 +224,15 @@ def main(argv=None) -> int:
             f"{[round(r['ref_margin'], 3) for r in flips]}")
         bad += (w["carry_rel"] > CARRY_BOUND or w["carry1_rel"] > CARRY_BOUND
                 or max(errs) > LOGIT_BOUND)
-    del model
-    torch.cuda.empty_cache()
+    at_anchors = args.draft is not None           # stage 4 keeps the target for its taps
+    if at_anchors:
+        from kern_train.dspark.config import read_geometry
+        from kern_train.dspark.target import Target
+        ref_target = Target(model=model, tokenizer=None, name="reference",
+                            geometry=read_geometry(TARGET_CONFIG[args.target]))
+    else:
+        del model
+        torch.cuda.empty_cache()
     tmax = man.symbols["tokens"].max
     ds = DraftSpec(block=spec["block"], mask_token_id=spec["mask_token_id"])
     for ids in prompts:
@@ -222,6 +253,11 @@ def main(argv=None) -> int:
             lg, _ = dc.kern_decode(rt, seq[-1], len(seq) - 1)
             row["plain_margin_at_divergence"] = dc.top_margin(lg)
             bad += row["plain_margin_at_divergence"] > 0.5
+        if at_anchors:
+            row["at_anchors"] = a = offline_at_anchors(ref_target, ref, ids, sp)
+            log(f"at the loop's anchors ({a['rounds']} rounds): online τ {a['online_tau']:.2f}, "
+                f"reference τ {a['reference_tau']:.2f} (reference more in "
+                f"{a['reference_more']}, less in {a['reference_less']})")
         report["loop"].append(row)
         log(f"loop n={len(ids)}: {same}/{len(plain.tokens)} identical; plain "
             f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "

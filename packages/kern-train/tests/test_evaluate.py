@@ -9,7 +9,7 @@ import torch
 
 from kern_train.dspark.config import DraftConfig, Geometry, tap_layers
 from kern_train.dspark.data import Sequences
-from kern_train.dspark.evaluate import accepted_prefix, chain_greedy, evaluate
+from kern_train.dspark.evaluate import accepted_at, accepted_prefix, chain_greedy, evaluate
 from kern_train.dspark.model import Draft
 
 V = 32
@@ -92,3 +92,13 @@ def test_accepted_prefix():
     d = torch.tensor([[1, 2, 3, 4], [1, 9, 3, 4], [0, 2, 3, 4]])
     g = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]])
     assert accepted_prefix(d, g).tolist() == [4, 1, 0]
+
+
+def test_accepted_at_given_anchors():
+    # counting draft proposes a+1, a+2, …: on 0..15 every anchor accepts 7; on a sequence
+    # that stops counting after 4, anchor 1 accepts 3 (2, 3, 4 match, then 0 != 5)
+    up = list(range(16))
+    assert accepted_at(FlatTarget(), counting_draft(), up, [1, 5, 8]) == [7, 7, 7]
+    assert accepted_at(FlatTarget(), counting_draft(), up, [9, 20]) == [None, None]  # p+7 > 15
+    bent = [0, 1, 2, 3, 4, 0, 0, 0, 0]
+    assert accepted_at(FlatTarget(), counting_draft(), bent, [1]) == [3]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .batches import labels, make_batch
+from .batches import Batch, labels, make_batch
 from .data import Sequences
 from .model import Draft
 from .target import Target
@@ -76,3 +76,29 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
     per = np.concatenate(srcs) if srcs else np.zeros(0, dtype=str)
     by = {s: summarize(acc[torch.as_tensor(per == s)], B) for s in sorted(set(per)) if s}
     return {**summarize(acc, B), "sequences": int(len(held)), "seed": seed, "by_source": by}
+
+
+@torch.no_grad()
+def accepted_at(target: Target, draft: Draft, tokens: list[int], anchors: list[int]
+                ) -> list[int | None]:
+    """The draft's accepted length at each anchor position of one sequence ``tokens`` (the
+    target's greedy text), teacher-forced as :func:`evaluate` does; None where the block's B
+    labels run past the end.  Given the anchors an online loop used (one per round), this is
+    what the draft *should* have accepted there: compared with the loop's own counts it tells
+    a weak draft from a serving path that feeds it something else."""
+    B = draft.cfg.block
+    dev = target.device
+    ok = [p for p in anchors if 0 <= p and p + B < len(tokens)]
+    out: dict[int, int] = {}
+    if ok:
+        tok = torch.tensor([tokens], dtype=torch.long, device=dev)
+        a = torch.tensor([ok], dtype=torch.long, device=dev)
+        b = Batch(tok, a, torch.ones_like(a, dtype=torch.bool))
+        draft.eval()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            taps, _ = target.taps(tok, draft.cfg.tap_layers)
+            c = draft.context(taps.float() if dev.type != "cuda" else taps)
+            h = draft.rows(c, tok.gather(1, a), a)
+            d = chain_greedy(draft.base_logits(h), draft.markov, tok.gather(1, a))
+        out = dict(zip(ok, accepted_prefix(d, labels(b, B))[0].tolist()))
+    return [out.get(p) for p in anchors]
