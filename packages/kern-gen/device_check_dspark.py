@@ -168,11 +168,7 @@ def offline_at_anchors(ref_target, ref, ids: list[int], sp) -> dict:
     """Stage 4 for one DSpark run ``sp`` of prompt ``ids``."""
     from kern_train.dspark.evaluate import accepted_at
     seq = list(ids) + list(sp.tokens)
-    anchors, pos = [], len(ids)
-    for t in sp.spec.round_log:          # round r's anchor: the token the rounds before emitted
-        anchors.append(pos)
-        pos += t
-    want = accepted_at(ref_target, ref, seq, anchors)
+    want = accepted_at(ref_target, ref, seq, sp.spec.anchors(len(ids)))
     pairs = [(t - 1, w) for t, w in zip(sp.spec.round_log, want) if w is not None]
     n = max(len(pairs), 1)
     return {"rounds": len(pairs),

@@ -75,8 +75,11 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
 
 def test_before_eos_counts_the_rounds_that_start_before_the_first_stop():
     from kern_run.bench.dspark import before_eos
+    from kern_run.spec.stats import SpecStats
     # token 0 from decode, then rounds of 3, 1, 4 and 2 tokens: they start at 1, 4, 5, 9
     toks = [5, 6, 7, 8, 9, 2, 6, 6, 6, 6, 6]
-    assert before_eos(toks, [3, 1, 4, 2], {2}) == (2, 4, 6)    # EOS at 5: the rounds at 1, 4
-    assert before_eos(toks, [3, 1, 4, 2], {99}) == (4, 10, 0)  # no EOS: every round
-    assert before_eos([2, 5, 5], [2], {2}) == (0, 0, 3)         # EOS first: no round before it
+    st = SpecStats(round_log=[3, 1, 4, 2])
+    assert st.anchors(0) == [0, 3, 4, 8]
+    assert before_eos(toks, st, {2}) == (2, 4, 6)               # EOS at 5: the rounds at 1, 4
+    assert before_eos(toks, st, {99}) == (4, 10, 0)             # no EOS: every round
+    assert before_eos([2, 5, 5], SpecStats(round_log=[2]), {2}) == (0, 0, 3)  # EOS first

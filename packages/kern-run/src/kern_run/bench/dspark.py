@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec import load_prompt_sets, spec_check
+from ..spec.stats import SpecStats
 from .spec import SetResult
 
 #: issue 15: online τ ≥ 2.2, ≥ 1.3x plain on chat prompts, ≥ 1.6x on math/code (the
@@ -26,20 +27,15 @@ from .spec import SetResult
 DSPARK_TARGETS = {"tau": 2.2, "open-chat": 1.3, "math-code": 1.6, "input-grounded": None}
 
 
-def before_eos(tokens: list[int], round_log: list[int], eos) -> tuple[int, int, int]:
+def before_eos(tokens: list[int], st: SpecStats, eos) -> tuple[int, int, int]:
     """(rounds, their tokens, tokens at or after the first EOS) of one run whose generated
-    ``tokens`` came from a first decode step and then the rounds of ``round_log`` in order
-    (the DSpark loop: plain steps only at the tail).  A round counts when it starts before the
+    ``tokens`` came from a first decode step and then the rounds of ``st`` (:meth:`~kern_run.
+    spec.stats.SpecStats.anchors`).  A round counts when it emits its first token before the
     first EOS.  The bench runs past EOS (every run has ``steps`` tokens); the draft was trained
     on continuations that end at it, so τ there and τ before it are reported apart."""
     e = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
-    rounds = n = 0
-    pos = 1
-    for t in round_log:
-        if pos >= e:
-            break
-        rounds, n, pos = rounds + 1, n + t, pos + t
-    return rounds, n, len(tokens) - e
+    kept = [t for a, t in zip(st.anchors(0), st.round_log) if a + 1 < e]
+    return len(kept), sum(kept), len(tokens) - e
 
 
 @dataclass
@@ -57,7 +53,7 @@ class DSparkSetResult(SetResult):
     def add(self, report) -> None:
         super().add(report)
         st = report.spec.spec
-        r, n, after = before_eos(list(report.plain.tokens), st.round_log, self.eos)
+        r, n, after = before_eos(list(report.plain.tokens), st, self.eos)
         self.eos_rounds += r
         self.eos_round_tokens += n
         self.after_eos += after

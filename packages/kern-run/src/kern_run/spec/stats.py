@@ -53,6 +53,16 @@ class SpecStats:
         self.round_log.append(tokens)
         self.round_s += span_s
 
+    def anchors(self, first: int) -> list[int]:
+        """Each round's anchor position when the first generated token sits at ``first`` and
+        the rounds of :attr:`round_log` follow it in order (plain steps only at the tail, as in
+        the DSpark loop): a round's anchor is the last token the rounds before it emitted."""
+        out, pos = [], first
+        for t in self.round_log:
+            out.append(pos)
+            pos += t
+        return out
+
     @property
     def tau(self) -> float | None:
         """Tokens per round (accepted drafts + 1, averaged over rounds)."""

@@ -49,6 +49,19 @@ def summarize(acc: Tensor, block: int) -> dict:
                                                  for a, b in zip(per, per[1:])] if n else []}
 
 
+def block_accepted(target: Target, draft: Draft, b: Batch) -> Tensor:
+    """[S, N] accepted length of the draft's greedy block at each anchor of ``b`` against the
+    sequence's own next tokens (invalid anchors included: the caller masks them)."""
+    dev = target.device
+    anchor_tok = b.tokens.gather(1, b.anchors)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        taps, _ = target.taps(b.tokens, draft.cfg.tap_layers)
+        c = draft.context(taps.float() if dev.type != "cuda" else taps)
+        h = draft.rows(c, anchor_tok, b.anchors)
+        d = chain_greedy(draft.base_logits(h), draft.markov, anchor_tok)
+    return accepted_prefix(d, labels(b, draft.cfg.block))
+
+
 @torch.no_grad()
 def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16,
              batch: int = 32, seed: int = 1) -> dict:
@@ -62,13 +75,7 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
     draft.eval()
     for i in range(0, len(held), batch):
         b = make_batch(seqs, held[i:i + batch], anchors, B, gen, dev)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            taps, _ = target.taps(b.tokens, draft.cfg.tap_layers)
-            c = draft.context(taps.float() if dev.type != "cuda" else taps)
-            h = draft.rows(c, b.tokens.gather(1, b.anchors), b.anchors)
-            base = draft.base_logits(h)
-            d = chain_greedy(base, draft.markov, b.tokens.gather(1, b.anchors))
-        accs.append(accepted_prefix(d, labels(b, B))[b.valid].cpu())
+        accs.append(block_accepted(target, draft, b)[b.valid].cpu())
         rows = np.repeat(src[held[i:i + batch]], b.anchors.shape[1])   # [S·N], row-major
         srcs.append(rows[b.valid.flatten().cpu().numpy()])
     draft.train()
@@ -93,12 +100,7 @@ def accepted_at(target: Target, draft: Draft, tokens: list[int], anchors: list[i
     if ok:
         tok = torch.tensor([tokens], dtype=torch.long, device=dev)
         a = torch.tensor([ok], dtype=torch.long, device=dev)
-        b = Batch(tok, a, torch.ones_like(a, dtype=torch.bool))
         draft.eval()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            taps, _ = target.taps(tok, draft.cfg.tap_layers)
-            c = draft.context(taps.float() if dev.type != "cuda" else taps)
-            h = draft.rows(c, tok.gather(1, a), a)
-            d = chain_greedy(draft.base_logits(h), draft.markov, tok.gather(1, a))
-        out = dict(zip(ok, accepted_prefix(d, labels(b, B))[0].tolist()))
+        acc = block_accepted(target, draft, Batch(tok, a, torch.ones_like(a, dtype=torch.bool)))
+        out = dict(zip(ok, acc[0].tolist()))
     return [out.get(p) for p in anchors]
