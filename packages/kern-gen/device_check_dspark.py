@@ -26,7 +26,10 @@ independent reference, then the loop's losslessness and timing, in one process.
    the loop used (one per round, from the stats' `round_log`): what it accepts there against
    what the loop accepted. Equal: the draft is as good online as offline on this text (a gap to
    the held-out τ is then the text's); the reference higher: the serving path feeds the draft
-   something else (docs/plan-issue-15.md).
+   something else (docs/plan-issue-15.md). On the same text also at every position: the
+   uniform-anchor τ (what the trainer's offline τ measures) and the greedy loop replayed from
+   those accepted lengths (`kern_train…evaluate.loop_rounds`). `--bench-sets N` adds the
+   first N prompts of each `kern-run bench --spec` set to stages 3-4.
 Writes $OUT/device_check_dspark.json; exit 1 when a wiring error exceeds the bound or the loop
 is not lossless at a position whose plain-decode margin exceeds 0.5 logits.
 """
@@ -70,6 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prompt-tokens", type=int, default=48, help="qwen3: random prompt length")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--capacity", type=int, default=4096)
+    ap.add_argument("--bench-sets", type=int, default=0, metavar="N",
+                    help="llama + --draft: stages 3-4 also on the first N prompts of each "
+                         "`kern-run bench --spec` set (chat-rendered)")
     return ap.parse_args(argv)
 
 
@@ -165,17 +171,34 @@ def wiring(rt, ref, model, spec: dict, ids: list[int], fc, log) -> dict:
 
 
 def offline_at_anchors(ref_target, ref, ids: list[int], sp) -> dict:
-    """Stage 4 for one DSpark run ``sp`` of prompt ``ids``."""
-    from kern_train.dspark.evaluate import accepted_at
+    """Stage 4 for one DSpark run ``sp`` of prompt ``ids``: the reference draft at the loop's
+    anchors, and at every position of the same text (its uniform τ, as the trainer's offline τ
+    samples anchors, and the greedy loop replayed from those accepted lengths)."""
+    from kern_train.dspark.evaluate import accepted_at, loop_rounds
     seq = list(ids) + list(sp.tokens)
     want = accepted_at(ref_target, ref, seq, sp.spec.anchors(len(ids)))
     pairs = [(t - 1, w) for t, w in zip(sp.spec.round_log, want) if w is not None]
     n = max(len(pairs), 1)
+    every = list(range(len(ids), len(seq)))
+    acc = {p: a for p, a in zip(every, accepted_at(ref_target, ref, seq, every)) if a is not None}
+    replay = loop_rounds(acc, len(ids))
     return {"rounds": len(pairs),
             "online_tau": 1 + sum(o for o, _ in pairs) / n,
             "reference_tau": 1 + sum(w for _, w in pairs) / n,
             "reference_more": sum(w > o for o, w in pairs),
-            "reference_less": sum(w < o for o, w in pairs)}
+            "reference_less": sum(w < o for o, w in pairs),
+            "uniform_tau": 1 + sum(acc.values()) / max(len(acc), 1), "positions": len(acc),
+            "replay_tau": sum(replay) / max(len(replay), 1), "replay_rounds": len(replay)}
+
+
+def bench_prompts(args, limit: int) -> list[tuple[str, list[int]]]:
+    """The first ``limit`` prompts of each `kern-run bench --spec` set, chat-rendered and
+    tokenized as the bench does (kern-run's GGUF tokenizer)."""
+    from kern_run.spec import load_prompt_sets
+    from kern_run.tokenizer import load_tokenizer
+    tok = load_tokenizer(args.gguf)
+    return [(name, tok.encode(tok.chat_prompt(p.text)))
+            for name, ps in load_prompt_sets().items() for p in ps[:limit]]
 
 
 def main(argv=None) -> int:
@@ -231,7 +254,10 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     tmax = man.symbols["tokens"].max
     ds = DraftSpec(block=spec["block"], mask_token_id=spec["mask_token_id"])
-    for ids in prompts:
+    runs = [("texts", ids) for ids in prompts]
+    if at_anchors and args.target == "llama" and args.bench_sets:
+        runs += bench_prompts(args, args.bench_sets)
+    for set_name, ids in runs:
         plain = generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
                          capacity=args.capacity)
         sp = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax, draft=ds,
@@ -239,7 +265,7 @@ def main(argv=None) -> int:
         same = next((i for i, (x, y) in enumerate(zip(plain.tokens, sp.tokens)) if x != y),
                     min(len(plain.tokens), len(sp.tokens)))
         st = sp.spec
-        row = {"n": len(ids), "identical": same, "of": len(plain.tokens),
+        row = {"set": set_name, "n": len(ids), "identical": same, "of": len(plain.tokens),
                "plain_ms": 1e3 * plain.decode_s / max(plain.decode_tokens, 1),
                "spec_ms": 1e3 * sp.decode_s / max(sp.decode_tokens, 1),
                "stats": st.render() if hasattr(st, "render") else str(st)}
@@ -251,9 +277,11 @@ def main(argv=None) -> int:
             bad += row["plain_margin_at_divergence"] > 0.5
         if at_anchors:
             row["at_anchors"] = a = offline_at_anchors(ref_target, ref, ids, sp)
-            log(f"at the loop's anchors ({a['rounds']} rounds): online τ {a['online_tau']:.2f}, "
-                f"reference τ {a['reference_tau']:.2f} (reference more in "
-                f"{a['reference_more']}, less in {a['reference_less']})")
+            log(f"{set_name}: at the loop's anchors ({a['rounds']} rounds): online τ "
+                f"{a['online_tau']:.2f}, reference τ {a['reference_tau']:.2f} (reference more "
+                f"in {a['reference_more']}, less in {a['reference_less']}); every position of "
+                f"the text: uniform τ {a['uniform_tau']:.2f} ({a['positions']} anchors), the "
+                f"loop replayed τ {a['replay_tau']:.2f} ({a['replay_rounds']} rounds)")
         report["loop"].append(row)
         log(f"loop n={len(ids)}: {same}/{len(plain.tokens)} identical; plain "
             f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "

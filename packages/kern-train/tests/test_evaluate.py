@@ -9,7 +9,8 @@ import torch
 
 from kern_train.dspark.config import DraftConfig, Geometry, tap_layers
 from kern_train.dspark.data import Sequences
-from kern_train.dspark.evaluate import accepted_at, accepted_prefix, chain_greedy, evaluate
+from kern_train.dspark.evaluate import (accepted_at, accepted_prefix, chain_greedy, evaluate,
+                                        loop_rounds)
 from kern_train.dspark.model import Draft
 
 V = 32
@@ -72,6 +73,10 @@ def test_tau_per_source():
     assert by["chat"]["anchors"] == 8 and abs(by["chat"]["tau"] - 8.0) < 1e-6
     assert by["math"]["anchors"] == 9 and abs(by["math"]["tau"] - (8 * 1 + 4) / 9) < 1e-6
     assert by["chat"]["anchors"] + by["math"]["anchors"] == res["anchors"]
+    # the replayed loop: chat one round of 8; math 8 rounds of 1 (constant) + one of 4
+    loop = res["loop"]["by_source"]
+    assert loop["chat"] == {"tau": 8.0, "rounds": 1}
+    assert loop["math"]["rounds"] == 9 and abs(loop["math"]["tau"] - 12 / 9) < 1e-9
 
 
 def test_chain_uses_the_drafts_own_previous_token():
@@ -102,3 +107,25 @@ def test_accepted_at_given_anchors():
     assert accepted_at(FlatTarget(), counting_draft(), up, [9, 20]) == [None, None]  # p+7 > 15
     bent = [0, 1, 2, 3, 4, 0, 0, 0, 0]
     assert accepted_at(FlatTarget(), counting_draft(), bent, [1]) == [3]
+
+
+def test_loop_rounds_replay_the_greedy_loop():
+    # anchors 0..9; a block at 0 accepts 2 (3 tokens), at 3 nothing, at 4 accepts 4 -> 9 absent
+    acc = {p: 0 for p in range(10)}
+    acc.update({0: 2, 4: 4})
+    assert loop_rounds(acc, 0) == [3, 1, 5, 1]       # anchors 0, 3, 4, 9
+    assert loop_rounds(acc, 10) == []
+
+
+def test_loop_tau_is_tokens_per_round_not_the_anchor_mean():
+    # an easy stretch (counting up) then a hard one (constant): uniform anchors average
+    # 8 and 1 equally, the loop crosses the easy stretch in few rounds
+    rows = [list(range(24)) + [5] * 24]
+    res = evaluate(FlatTarget(), counting_draft(), seqs(rows), anchors=256)
+    loop = res["loop"]
+    # anchors p = 1..40; tokens count up to index 23, so a block at p accepts
+    # max(0, min(7, 23 − p)): Σ = 16·7 + (6+5+4+3+2+1) = 133 over 40 anchors -> τ 4.325;
+    # the loop anchors at 1, 9, 17 (8, 8, 7 tokens), then once per token at 24..40 (17 rounds)
+    assert res["anchors"] == 40 and abs(res["tau"] - (1 + 133 / 40)) < 1e-6
+    assert loop["rounds"] == 20 and abs(loop["tau"] - 40 / 20) < 1e-9
+    assert loop["by_source"] == {}

@@ -44,15 +44,29 @@ def sample_anchors(length: np.ndarray, prompt_len: np.ndarray, T: int, n: int, b
     return anchors, valid
 
 
-def make_batch(seqs: Sequences, rows: np.ndarray, n: int, block: int, gen: torch.Generator,
-               device: torch.device | str) -> Batch:
-    """The sequences ``rows`` of ``seqs`` with ``n`` sampled anchors each."""
+def every_anchor(length: np.ndarray, prompt_len: np.ndarray,
+                 block: int) -> tuple[Tensor, Tensor]:
+    """(anchors, valid) [S, N]: every valid position prompt_len ≤ p ≤ length − 1 − B of each
+    sequence in order (N = the most any sequence has; the rest invalid, anchor 0)."""
+    lo = torch.as_tensor(prompt_len, dtype=torch.long)[:, None]
+    n = torch.as_tensor(length, dtype=torch.long)[:, None] - block - lo     # valid count
+    N = max(int(n.max()), 1)
+    k = torch.arange(N)[None, :]
+    valid = k < n
+    return (lo + k).masked_fill(~valid, 0), valid
+
+
+def make_batch(seqs: Sequences, rows: np.ndarray, n: int | None, block: int,
+               gen: torch.Generator | None, device: torch.device | str) -> Batch:
+    """The sequences ``rows`` of ``seqs`` with ``n`` sampled anchors each (``n`` None: every
+    valid position, :func:`every_anchor`)."""
     length, plen = seqs.length[rows], seqs.prompt_len[rows]
     T = max(int(length.max()), block + 1)
     tok = torch.as_tensor(seqs.tokens[rows, :T].astype(np.int64))
     if tok.shape[1] < T:
         tok = torch.nn.functional.pad(tok, (0, T - tok.shape[1]))
-    anchors, valid = sample_anchors(length, plen, T, n, block, gen)
+    anchors, valid = (every_anchor(length, plen, block) if n is None
+                      else sample_anchors(length, plen, T, n, block, gen))
     return Batch(tok.to(device), anchors.to(device), valid.to(device))
 
 

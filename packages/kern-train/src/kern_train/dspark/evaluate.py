@@ -8,6 +8,13 @@ length of the longest equal prefix, τ = mean(1 + accepted) (the bonus token cou
 per-position acceptance ``P(accepted ≥ k)``, k = 1..B; ``by_source`` gives the same per prompt
 source (sharegpt, gsm8k, humaneval) when the sequences record it, since the online benchmark
 measures chat and math/code prompts apart.
+
+τ over uniformly sampled anchors is not what a loop achieves on the same text: a loop's next
+anchor sits right after its last block, so its rounds crowd where blocks fail (a stretch the
+draft predicts well is crossed in few rounds, a hard one takes a round per token); the loop's
+τ is tokens / rounds, a harmonic rather than an arithmetic mean. ``loop`` replays the greedy
+loop on each held-out text (:func:`loop_rounds`, every position's accepted length from one
+teacher-forced pass) and gives that τ, the offline predictor of the online one.
 """
 
 from __future__ import annotations
@@ -49,6 +56,19 @@ def summarize(acc: Tensor, block: int) -> dict:
                                                  for a, b in zip(per, per[1:])] if n else []}
 
 
+def loop_rounds(acc: dict[int, int], first: int) -> list[int]:
+    """Tokens emitted by each round of a greedy speculation loop replayed on a fixed text, from
+    ``acc`` = {anchor position: accepted drafts}: the first round anchors at ``first``, a
+    round accepting a drafts emits a + 1 tokens (the bonus included) and the next one anchors
+    a + 1 positions later; the replay stops at the first anchor ``acc`` lacks (its block would
+    run past the text)."""
+    out, p = [], first
+    while p in acc:
+        out.append(acc[p] + 1)
+        p += acc[p] + 1
+    return out
+
+
 def block_accepted(target: Target, draft: Draft, b: Batch) -> Tensor:
     """[S, N] accepted length of the draft's greedy block at each anchor of ``b`` against the
     sequence's own next tokens (invalid anchors included: the caller masks them)."""
@@ -78,11 +98,40 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
         accs.append(block_accepted(target, draft, b)[b.valid].cpu())
         rows = np.repeat(src[held[i:i + batch]], b.anchors.shape[1])   # [S·N], row-major
         srcs.append(rows[b.valid.flatten().cpu().numpy()])
+    loop = replayed_loops(target, draft, seqs, held, batch=max(1, batch // 4))
     draft.train()
     acc = torch.cat(accs) if accs else torch.zeros(0, dtype=torch.long)
     per = np.concatenate(srcs) if srcs else np.zeros(0, dtype=str)
     by = {s: summarize(acc[torch.as_tensor(per == s)], B) for s in sorted(set(per)) if s}
-    return {**summarize(acc, B), "sequences": int(len(held)), "seed": seed, "by_source": by}
+    return {**summarize(acc, B), "sequences": int(len(held)), "seed": seed, "by_source": by,
+            "loop": loop_summary(loop, src[held])}
+
+
+def replayed_loops(target: Target, draft: Draft, seqs: Sequences, rows: np.ndarray, *,
+                   batch: int) -> list[list[int]]:
+    """:func:`loop_rounds` of each sequence of ``rows`` (from its prompt's end), every valid
+    anchor teacher-forced (make_batch with n = None)."""
+    out = []
+    for i in range(0, len(rows), batch):
+        part = rows[i:i + batch]
+        b = make_batch(seqs, part, None, draft.cfg.block, None, target.device)
+        acc = block_accepted(target, draft, b).cpu()
+        for r, row in enumerate(part):
+            ok = b.valid[r].cpu()
+            at = dict(zip(b.anchors[r].cpu()[ok].tolist(), acc[r][ok].tolist()))
+            out.append(loop_rounds(at, int(seqs.prompt_len[row])))
+    return out
+
+
+def loop_summary(rounds: list[list[int]], sources: np.ndarray) -> dict:
+    """τ = tokens / rounds pooled over sequences (as the online bench pools its prompts),
+    overall and per source."""
+    def one(rs: list[list[int]]) -> dict:
+        n = sum(map(len, rs))
+        return {"tau": sum(map(sum, rs)) / n if n else float("nan"), "rounds": n}
+    by = {s: one([r for r, x in zip(rounds, sources) if x == s])
+          for s in sorted(set(sources.tolist())) if s}
+    return {**one(rounds), "by_source": by}
 
 
 @torch.no_grad()

@@ -70,7 +70,9 @@ def train_and_export(target: Target, draft: Draft, seqs: Sequences, fit_cfg: Fit
     t1 = time.monotonic()
     ev = evaluate(target, draft, seqs, anchors=eval_anchors, seed=fit_cfg.seed + 1)
     log(f"eval: tau {ev['tau']:.3f} over {ev['anchors']} anchors of {ev['sequences']} held-out "
-        f"sequences; P(accepted >= k) {ev['acceptance']} ({time.monotonic() - t1:.1f} s)")
+        f"sequences; P(accepted >= k) {ev['acceptance']}; the loop replayed on them: tau "
+        f"{ev['loop']['tau']:.3f} over {ev['loop']['rounds']} rounds "
+        f"({time.monotonic() - t1:.1f} s)")
     meta = seqs.meta
     trained = {
         "data": {"packages": meta.get("prompts", {}).get("packages"),
@@ -86,7 +88,10 @@ def train_and_export(target: Target, draft: Draft, seqs: Sequences, fit_cfg: Fit
                     "sequences": ev["sequences"], "seed": ev["seed"],
                     "by_source": {k: {"tau": round(v["tau"], 4), "anchors": v["anchors"],
                                       "acceptance": v["acceptance"]}
-                                  for k, v in ev["by_source"].items()}},
+                                  for k, v in ev["by_source"].items()},
+                    "loop": {"tau": round(ev["loop"]["tau"], 4), "rounds": ev["loop"]["rounds"],
+                             "by_source": {k: {"tau": round(v["tau"], 4), "rounds": v["rounds"]}
+                                           for k, v in ev["loop"]["by_source"].items()}}},
         "device": torch.cuda.get_device_name() if target.device.type == "cuda" else "cpu",
         "torch": torch.__version__,
     }
