@@ -95,9 +95,7 @@ __device__ __forceinline__ void decode_pass(
     int t, int qh0, int n_q_heads, int split, int splits,
     int k_begin, int k_end, float scale_log2,
     float* __restrict__ part_ml, float* __restrict__ part_acc,
-    float* sm_m, float* sm_l, float* sm_acc,
-    bool pre, const int (&pg_pre)[kUnroll], const uint4 (&k_pre)[kUnroll],
-    const uint4 (&v_pre)[kUnroll], int old_end)
+    float* sm_m, float* sm_l, float* sm_acc)
 {
     constexpr int LPK = D / 8;              // lanes per key (8 dims each)
     constexpr int NG = kThreads / LPK;      // key groups per block
@@ -127,27 +125,15 @@ __device__ __forceinline__ void decode_pass(
     // are it + u*NG + kg, masked when >= k_end.  The pages of the next iteration's keys are
     // loaded right after this iteration's K/V loads are issued, so the table lookup's
     // latency hides behind this iteration's math instead of delaying the K/V loads.
-    // pre: the first iteration's pages, and the K/V of its keys below old_end, were loaded
-    // before the grid-dependency wait (decode_partial); the keys from old_end on are loaded
-    // here, after it.
     int pg[kUnroll];
-    if (pre) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) pg[u] = pg_pre[u];
-    } else {
-        load_pages<NG>(pg, table, k_begin + kg, k_end);
-    }
+    load_pages<NG>(pg, table, k_begin + kg, k_end);
     for (int it = k_begin; it < k_end; it += NG * kUnroll) {
         const int base = it + kg;
-        const bool first = pre && it == k_begin;
         uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int key = base + u * NG;
-            if (first && key < old_end) {
-                kr[u] = k_pre[u];
-                vr[u] = v_pre[u];
-            } else if (key < k_end) {
+            if (key < k_end) {
                 kr[u] = ldg_nc(kp + slot_offset(pg[u], key, k_stride_slot) + sub * 8);
                 vr[u] = ldg_nc(vp + slot_offset(pg[u], key, v_stride_slot) + sub * 8);
             } else {
@@ -250,40 +236,19 @@ __device__ __forceinline__ void decode_partial(
     const int hk = blockIdx.x;
     const int split = blockIdx.y, splits = gridDim.y;   // splits: the scratch row stride
     const int t = blockIdx.z;
-    // Before the grid-dependency wait (PDL) only what no step of the program writes (ABI.md
-    // 3a): the row's length and page table (caller inputs, constant for a program) and the
-    // K/V of the keys below old_end = L - T (T = the grid's rows; every key a program writes
-    // is among each row's last T, so these were written by earlier programs).  Their loads'
-    // latency then hides behind the previous kernels instead of following them.
+    // PDL: wait for the previous grid before the first global access (ABI.md, "PDL")
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int kv_len = kv_lens[t];
     const int active = active_splits(kv_len, splits, s_min, gridDim.z);
     if (split >= active) return;
     const int chunk = (kv_len + active - 1) / active;
     const int k_begin = min(split * chunk, kv_len);
     const int k_end = min(k_begin + chunk, kv_len);
-    const int old_end = max(k_begin, min(k_end, kv_len - (int)gridDim.z));
     const int group = n_q_heads / n_kv_heads;
     const float scale_log2 = scale * kLog2e;
     const __nv_bfloat16* kp = k_cache + (int64_t)hk * k_stride_head;
     const __nv_bfloat16* vp = v_cache + (int64_t)hk * v_stride_head;
     const int* table = block_table + (int64_t)t * table_stride;
-    const int kg = threadIdx.x / LPK, sub = threadIdx.x % LPK;
-    int pg[kUnroll];
-    uint4 kr[kUnroll], vr[kUnroll];
-    load_pages<NG>(pg, table, k_begin + kg, k_end);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-        const int key = k_begin + kg + u * NG;
-        if (key < old_end) {
-            kr[u] = ldg_nc(kp + slot_offset(pg[u], key, k_stride_slot) + sub * 8);
-            vr[u] = ldg_nc(vp + slot_offset(pg[u], key, v_stride_slot) + sub * 8);
-        } else {
-            kr[u] = make_uint4(0u, 0u, 0u, 0u);   // loaded after the wait (decode_pass)
-            vr[u] = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-    // PDL: the previous grid's writes (q, this step's cache rows) are visible after this
-    asm volatile("griddepcontrol.wait;" ::: "memory");
 
     for (int g0 = 0; g0 < group; g0 += kMaxG) {
         const int qh0 = hk * group + g0;
@@ -291,8 +256,7 @@ __device__ __forceinline__ void decode_partial(
 #define KERN_PASS(GG)                                                                     \
         decode_pass<D, GG>(q, q_row_stride, kp, vp, table, k_stride_slot, v_stride_slot,   \
                            t, qh0, n_q_heads, split, splits, k_begin, k_end, scale_log2,   \
-                           part_ml, part_acc, sm_m, sm_l, sm_acc, g0 == 0, pg, kr, vr,   \
-                           old_end)
+                           part_ml, part_acc, sm_m, sm_l, sm_acc)
         switch (G) {
             case 1: KERN_PASS(1); break;
             case 2: KERN_PASS(2); break;
@@ -337,10 +301,9 @@ __device__ __forceinline__ void decode_reduce(
     const int lane = d % 32, warp = d / 32;
     const int64_t row0 = ((int64_t)t * n_q_heads + h) * grid_splits;
     if (grid_splits > kMaxSplits) __trap();   // ABI.md: S <= 256
-    const int kv_len = kv_lens[t];            // a caller input: read before the wait (3a)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const int splits = active_splits(kv_len, grid_splits, s_min, gridDim.y);
+    const int splits = active_splits(kv_lens[t], grid_splits, s_min, gridDim.y);
 
     float m = -CUDART_INF_F;
     for (int s = d; s < splits; s += D) m = fmaxf(m, part_ml[(row0 + s) * 2]);

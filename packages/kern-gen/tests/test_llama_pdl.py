@@ -72,7 +72,7 @@ def test_a_load_before_the_wait_refuses_pdl_unless_only_weights_are_read_first()
     g = sass.pdl_facts(patched, "kern_embedding_bf16")
     assert g.wait == first + 1 and not g.waits_first
     assert not sass.pdl_wait(patched, "kern_embedding_bf16")
-    assert sass.pdl_wait(patched, "kern_embedding_bf16", early_reads=True)
+    assert sass.pdl_wait(patched, "kern_embedding_bf16", weights_first=True)
 
 
 @pytest.mark.parametrize("bad, msg", [(b"not an elf", "ELF64"),
@@ -83,15 +83,11 @@ def test_unreadable_code_is_refused_with_the_reason(bad, msg):
                            "nope" if bad is None else "x")
 
 
-EARLY_READERS = ("kern_gemv", "kern_attn_decode_partial", "kern_attn_decode_reduce")
-
-
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_every_pdl_step_of_the_examples_waits_first_in_its_cubin(example):
     """Read back from the written files: a step has ``pdl`` exactly when the code of its
     symbol in its cubin waits on the grid dependency first (own GEMV kernels may read
-    weights before the wait, the split decode attention its inputs and older keys:
-    :func:`sass.pdl_wait` ``early_reads``, kernels/ABI.md)."""
+    weights before the wait: :func:`sass.pdl_wait` ``weights_first``)."""
     m = json.loads((example / "manifest.json").read_bytes())
     seen = {True: 0, False: 0}
     for kern in m["kernels"].values():
@@ -101,7 +97,7 @@ def test_every_pdl_step_of_the_examples_waits_first_in_its_cubin(example):
                 continue
             data = (example / "kernels" / s["cubin"]).read_bytes()
             want = sass.pdl_wait(data, s["symbol"],
-                                 early_reads=s["symbol"].startswith(EARLY_READERS))
+                                 weights_first=s["symbol"].startswith("kern_gemv"))
             assert s.get("pdl", False) is want, (s["symbol"], s["cubin"])
             seen[want] += 1
     assert seen[True] > 0
@@ -119,11 +115,8 @@ def test_a_captured_kernel_that_loads_before_its_wait_gets_no_pdl():
                                    s["symbol"])
                 if f.wait is not None and not f.waits_first:
                     late.append(s)
-    mined = [s for s in late if not s["symbol"].startswith(EARLY_READERS)]
-    assert any("cos_mul_neg_sin" in s["symbol"] for s in mined)
-    assert all("pdl" not in s for s in mined)
-    # the own early readers load before the wait by design (ABI.md) and keep pdl
-    assert {s["symbol"][:24] for s in late if s not in mined} >= {"kern_attn_decode_partial"}
+    assert any("cos_mul_neg_sin" in s["symbol"] for s in late)
+    assert all("pdl" not in s for s in late)
 
 
 def test_captured_modules_carry_the_wait():

@@ -161,32 +161,32 @@ class Assembler:
         self.sources[name] = source
         return name
 
-    def own_step(self, file: str, symbol: str, early_reads: bool = False,
+    def own_step(self, file: str, symbol: str, weights_first: bool = False,
                  **kw: Any) -> dict[str, Any]:
         """A step of an own kernel (``kernels/<file>``, pinned by its built sha256), with
         ``pdl`` where its code waits on the grid dependency before any memory access
-        (``early_reads``: its source reads before the wait only memory no step of the
-        program writes, so the wait alone is required; :func:`.sass.pdl_wait`)."""
+        (``weights_first``: its source reads only weights before the wait, so the wait
+        alone is required; :func:`.sass.pdl_wait`)."""
         if file not in self.own_sha:
             raise WiringError(f"own kernel `{file}` was not built (kernels/{file[:-6]}.cu)")
         self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
         pdl = self.pdl(file, symbol, lambda: self.own[file], f"own kernel `{symbol}` ({file})",
-                       early_reads=early_reads)
+                       weights_first=weights_first)
         return step(symbol, cubin=file, sha256=self.own_sha[file], pdl=pdl, **kw)
 
     def pdl(self, file: str, symbol: str, cubin: Callable[[], bytes | None], where: str,
-            early_reads: bool = False) -> bool:
+            weights_first: bool = False) -> bool:
         """May ``symbol`` of ``file`` launch with PDL (:func:`.sass.pdl_wait`)?  Read once
         per function: ``cubin`` (the bytes, e.g. decompressed from the capture) is called only
         on the first ask."""
-        key = (file, symbol, early_reads)
+        key = (file, symbol, weights_first)
         if key not in self._pdl:
             data = cubin()
             if data is None:
                 raise WiringError(f"{where}: no cubin `{file}` (the capture's module or the "
                                   f"own build) to read its code from")
             try:
-                self._pdl[key] = sass.pdl_wait(data, symbol, early_reads=early_reads)
+                self._pdl[key] = sass.pdl_wait(data, symbol, weights_first=weights_first)
             except sass.CubinError as exc:
                 raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
                                   f"{exc}") from None

@@ -152,10 +152,10 @@ def _gemv_checks(program: str, op: Op, refs: tuple[tuple[Ref, str], ...]) -> Non
 def _gemv_step(asm: Assembler, symbol: str, params: list[str], cols: int, nw: int,
                rows: Any) -> dict[str, Any]:
     """A step of a gemv.cu kernel: ``cols`` output columns in blocks of 16, ``nw`` warps, 8
-    rows per grid y, the interface's arguments forwarded; ``early_reads``: every gemv.cu
+    rows per grid y, the interface's arguments forwarded; ``weights_first``: every gemv.cu
     kernel loads its first W tile before the grid-dependency wait."""
     gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
-    return asm.own_step(GEMV_CUBIN, symbol, early_reads=True, params=params,
+    return asm.own_step(GEMV_CUBIN, symbol, weights_first=True, params=params,
                         block=[32 * nw, 1, 1], grid=[-(-cols // GEMV_COLS), gy, 1],
                         args=[{"arg": i} for i in range(len(params))])
 

@@ -117,8 +117,7 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
     body = {"params": iface, "impl": {
         "scratch": _partials(r, H, S, D),
         "steps": [
-            # early reads: kv_lens, the table and the keys below L - T (ABI.md 3a, PDL)
-            asm.own_step(cubin, f"kern_attn_decode_partial_bf16_d{D}", early_reads=True,
+            asm.own_step(cubin, f"kern_attn_decode_partial_bf16_d{D}",
                          params=[*iface[:5], "out buffer<f32>", "out buffer<f32>", "i32",
                                  "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"],
                          block=[128, 1, 1], grid=[KVH, S, rows],
@@ -126,7 +125,7 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
                                {"scratch": "part_acc"}, {"i32": cfg.q_width}, *strides,
                                {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
                                {"i32": s_min}, {"i32": asm.kv.table_pages}]),
-            asm.own_step(cubin, f"kern_attn_decode_reduce_bf16_d{D}", early_reads=True,
+            asm.own_step(cubin, f"kern_attn_decode_reduce_bf16_d{D}",
                          params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
                                  "out buffer<bf16>", "i32", "i32", "i32"],
                          block=[D, 1, 1], grid=[H, rows, 1],

@@ -104,12 +104,10 @@ def pdl_facts(cubin: bytes, symbol: str) -> PdlFacts:
     return PdlFacts(wait, access, trigger)
 
 
-def pdl_wait(cubin: bytes, symbol: str, *, early_reads: bool = False) -> bool:
+def pdl_wait(cubin: bytes, symbol: str, *, weights_first: bool = False) -> bool:
     """May ``symbol`` be launched with PDL?  Yes if its code waits on the grid dependency
-    unconditionally before any global memory access.  ``early_reads``: an own kernel whose
-    source reads before the wait only memory that no step of the running program writes, so
-    the wait alone is required: the GEMVs' weights (never written by any program: the
-    verifier's dataflow rule), the decode attention's caller inputs and the cached keys of
-    earlier programs (kernels/ABI.md 3a; inputs: ``ir.check_dataflow``)."""
+    unconditionally before any global memory access.  ``weights_first``: an own kernel
+    whose source reads only weights before the wait (weights are never written by any
+    program: the verifier's dataflow rule), so the wait alone is required."""
     f = pdl_facts(cubin, symbol)
-    return f.wait is not None if early_reads else f.waits_first
+    return f.wait is not None if weights_first else f.waits_first
