@@ -176,11 +176,11 @@ def offline_at_anchors(ref_target, ref, ids: list[int], sp) -> dict:
     samples anchors, and the greedy loop replayed from those accepted lengths)."""
     from kern_train.dspark.evaluate import accepted_at, loop_rounds
     seq = list(ids) + list(sp.tokens)
-    want = accepted_at(ref_target, ref, seq, sp.spec.anchors(len(ids)))
+    every = list(range(len(ids), len(seq)))      # the loop's anchors are among these
+    acc = {p: a for p, a in zip(every, accepted_at(ref_target, ref, seq, every)) if a is not None}
+    want = [acc.get(p) for p in sp.spec.anchors(len(ids))]
     pairs = [(t - 1, w) for t, w in zip(sp.spec.round_log, want) if w is not None]
     n = max(len(pairs), 1)
-    every = list(range(len(ids), len(seq)))
-    acc = {p: a for p, a in zip(every, accepted_at(ref_target, ref, seq, every)) if a is not None}
     replay = loop_rounds(acc, len(ids))
     return {"rounds": len(pairs),
             "online_tau": 1 + sum(o for o, _ in pairs) / n,

@@ -110,7 +110,8 @@ def test_accepted_at_given_anchors():
 
 
 def test_loop_rounds_replay_the_greedy_loop():
-    # anchors 0..9; a block at 0 accepts 2 (3 tokens), at 3 nothing, at 4 accepts 4 -> 9 absent
+    # anchors 0..9; a block at 0 accepts 2 (3 tokens), at 3 nothing, at 4 accepts 4, at 9
+    # nothing; 10 is absent (its block would run past the text)
     acc = {p: 0 for p in range(10)}
     acc.update({0: 2, 4: 4})
     assert loop_rounds(acc, 0) == [3, 1, 5, 1]       # anchors 0, 3, 4, 9

@@ -98,6 +98,7 @@ def evaluate(target: Target, draft: Draft, seqs: Sequences, *, anchors: int = 16
         accs.append(block_accepted(target, draft, b)[b.valid].cpu())
         rows = np.repeat(src[held[i:i + batch]], b.anchors.shape[1])   # [S·N], row-major
         srcs.append(rows[b.valid.flatten().cpu().numpy()])
+    # every-anchor batches hold ~length − prompt_len anchors a sequence, not ``anchors``
     loop = replayed_loops(target, draft, seqs, held, batch=max(1, batch // 4))
     draft.train()
     acc = torch.cat(accs) if accs else torch.zeros(0, dtype=torch.long)
@@ -116,9 +117,10 @@ def replayed_loops(target: Target, draft: Draft, seqs: Sequences, rows: np.ndarr
         part = rows[i:i + batch]
         b = make_batch(seqs, part, None, draft.cfg.block, None, target.device)
         acc = block_accepted(target, draft, b).cpu()
+        anchors, valid = b.anchors.cpu(), b.valid.cpu()
         for r, row in enumerate(part):
-            ok = b.valid[r].cpu()
-            at = dict(zip(b.anchors[r].cpu()[ok].tolist(), acc[r][ok].tolist()))
+            ok = valid[r]
+            at = dict(zip(anchors[r][ok].tolist(), acc[r][ok].tolist()))
             out.append(loop_rounds(at, int(seqs.prompt_len[row])))
     return out
 
