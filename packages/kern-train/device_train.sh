@@ -17,16 +17,16 @@
 #     --sharegpt 24000 --exclude packages/kern-run/src/kern_run/spec/prompts.json
 #
 # Stages, each with its own budget (seconds; env overrides) and a hard timeout:
-#   data  DATA_S=140  greedy continuations (NEW_TOKENS=192, batch GEN_BATCH=512); the held-out
-#                     prompts always run, training prompts until the budget is spent
+#   data  DATA_S=200  greedy continuations (NEW_TOKENS=192, batch GEN_BATCH=2048; a batch out
+#                     of GPU memory runs in halves); the held-out prompts always run, training
+#                     prompts until the budget is spent or the prompts file is exhausted
 #   fit   FIT_S=480   AdamW (LR=6e-4), BATCH=32 sequences x ANCHORS=32 blocks a step, 2 layers,
 #                     rank 64; then the held-out tau (16 anchors per sequence) and the export
-# Expected wall: ~30 s start-up per stage + 140 + 480 + ~20 s eval/export = ~11.5 min (the
-# shipped examples/smollm2-135m-dspark draft: H200, 2026-12-02, offline tau 2.69). The device
-# tool caps one call at 10 min, so there it ran as two warm calls over the same $WORK: this
-# script with FIT_S=250 (data + a first fit, tau 2.55), then REUSE_DATA=1 FIT_S=480 (the
-# same data, the fit from scratch: the shipped weights). REUSE_DATA=1 skips the data stage
-# when $WORK/seqs.npz exists.
+# Expected wall: ~30 s start-up per stage + at most 200 + 480 + ~30 s eval/export = at most
+# ~13 min. The device tool caps one call at 10 min, so there it runs as two warm calls over
+# the same $WORK: DATA_ONLY=1 (the data stage alone), then REUSE_DATA=1 (the fit on that
+# data). REUSE_DATA=1 skips the data stage when $WORK/seqs.npz exists. The draft shipped in
+# examples/smollm2-135m-dspark and its numbers: docs/dspark.md and docs/measurements.md.
 #
 # Output ($OUT, 6 files): draft.safetensors.part00/01 (split -b 15M; join with
 # `cat draft.safetensors.part* > draft.safetensors`, sha256 in the log), dspark.json,
@@ -50,8 +50,8 @@ if [ "$TINY" = 1 ]; then
   MAXP="${MAXP:-200}" EVAL_LIMIT=40
 else
   TARGET="gguf:$GGUF" DEVICE=cuda NAME=HuggingFaceTB/SmolLM2-135M-Instruct
-  DATA_S="${DATA_S:-140}" FIT_S="${FIT_S:-480}" NEW_TOKENS="${NEW_TOKENS:-192}"
-  GEN_BATCH="${GEN_BATCH:-512}" BATCH="${BATCH:-32}" ANCHORS="${ANCHORS:-32}"
+  DATA_S="${DATA_S:-200}" FIT_S="${FIT_S:-480}" NEW_TOKENS="${NEW_TOKENS:-192}"
+  GEN_BATCH="${GEN_BATCH:-2048}" BATCH="${BATCH:-32}" ANCHORS="${ANCHORS:-32}"
   MAXP="${MAXP:-320}" EVAL_LIMIT=0
 fi
 LR="${LR:-6e-4}"
@@ -98,6 +98,7 @@ m = Sequences.load('$WORK/seqs.npz').meta; json.dump(m, open('$OUT/data.json', '
 print('data achieved:', json.dumps({k: v for k, v in m.items() if k != 'prompts'}))"
 fi
 t1=$(date +%s); echo "== data stage wall $((t1 - t0)) s"
+[ "${DATA_ONLY:-0}" = 1 ] && { echo "== DATA_ONLY=1: $WORK/seqs.npz written, no fit"; return 0; }
 
 echo "== fit (budget ${FIT_S} s) + held-out eval + export"
 timeout $((FIT_S + 150)) $KT fit --target "$TARGET" --data "$WORK/seqs.npz" --out "$WORK/draft" \

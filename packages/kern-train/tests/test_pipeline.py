@@ -88,6 +88,23 @@ def test_continuations_are_the_targets_greedy_tokens(tiny_target, sequences):
         assert seq[0].tolist() == s.tokens[i, :L].tolist()
 
 
+def test_a_batch_out_of_gpu_memory_runs_in_halves(tiny_target, monkeypatch):
+    from kern_train.dspark import data as D
+    prompts = chat_ids(tiny_target.tokenizer, TEXTS[:5])
+    direct = D.continue_batch(tiny_target, prompts, 8, [2], 2, log=lambda s: None)
+    real, sizes, lines = D._continue, [], []
+
+    def small_gpu(target, ps, *a):   # only batches of at most 2 prompts fit
+        sizes.append(len(ps))
+        if len(ps) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return real(target, ps, *a)
+    monkeypatch.setattr(D, "_continue", small_gpu)
+    split = D.continue_batch(tiny_target, prompts, 8, [2], 2, log=lines.append)
+    assert split == direct and sizes == [5, 2, 3, 1, 2]
+    assert lines[0] == "data: a batch of 5 ran out of GPU memory; halves of 2"
+
+
 def test_a_few_steps_lower_the_loss_reproducibly(tiny_target, sequences):
     def run(steps):
         cfg = FitConfig(steps=steps, seconds=300, batch=6, anchors=8, lr=3e-3, warmup=4,

@@ -79,10 +79,26 @@ def eos_ids(target: Target) -> list[int]:
     return sorted({e} if isinstance(e, int) else set(e))
 
 
-@torch.no_grad()
 def continue_batch(target: Target, prompts: list[list[int]], new_tokens: int,
-                   eos: list[int], pad: int) -> list[list[int]]:
-    """Greedy continuations of ``prompts``: each up to and including its first EOS."""
+                   eos: list[int], pad: int, log=print) -> list[list[int]]:
+    """Greedy continuations of ``prompts``: each up to and including its first EOS. A batch
+    that does not fit in GPU memory runs as two halves (the same continuations up to bf16
+    batch-composition effects; the log says so)."""
+    try:
+        return _continue(target, prompts, new_tokens, eos, pad)
+    except torch.OutOfMemoryError:
+        if len(prompts) == 1:
+            raise
+        torch.cuda.empty_cache()
+        h = len(prompts) // 2
+        log(f"data: a batch of {len(prompts)} ran out of GPU memory; halves of {h}")
+        return (continue_batch(target, prompts[:h], new_tokens, eos, pad, log)
+                + continue_batch(target, prompts[h:], new_tokens, eos, pad, log))
+
+
+@torch.no_grad()
+def _continue(target: Target, prompts: list[list[int]], new_tokens: int,
+              eos: list[int], pad: int) -> list[list[int]]:
     dev = target.device
     w = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), w), pad, dtype=torch.long)
@@ -127,9 +143,9 @@ def generate(target: Target, header: dict[str, Any], records: list[dict[str, Any
         if i >= n_held and time.monotonic() - t0 > seconds:
             break
         chunk = order[i:i + batch]
-        conts = continue_batch(target, [p for _, p, _ in chunk], new_tokens, eos, pad)
+        conts = continue_batch(target, [p for _, p, _ in chunk], new_tokens, eos, pad, log)
         rows += [(h, p, c, s) for (h, p, s), c in zip(chunk, conts)]
-        if (i // batch) % 10 == 0:
+        if (i // batch) % max(1, 5120 // batch) == 0:   # about every 5k sequences
             log(f"data: {len(rows)} sequences, {time.monotonic() - t0:.0f} s")
     secs = time.monotonic() - t0
     T = max(len(p) + len(c) for _, p, c, _ in rows)
