@@ -50,7 +50,7 @@ ex=examples/smollm2-135m-dspark
 # a warm machine keeps /tmp: the draft carried once serves the later calls
 [ -f .carry/draft/draft.safetensors ] && mkdir -p /tmp/draft && cp .carry/draft/draft.safetensors /tmp/draft/
 [ -f "$ex/draft.safetensors" ] || cp /tmp/draft/draft.safetensors "$ex/" 2>/dev/null || true
-sha256sum "$ex/draft.safetensors" 2>/dev/null | cut -c1-16   # 1f3ccdca…
+sha256sum "$ex/draft.safetensors" 2>/dev/null | cut -c1-16   # the shipped draft: 37ca08fe… (2026-12-03; before: 1f3ccdca…)
 export PYTHONPATH="/tmp/site:$(ls -d packages/*/src | tr '\n' ':')" KERN_CACHE=/tmp/kern-cache PYTHONUNBUFFERED=1
 KR="python3 -m kern_run.cli"
 rc=0

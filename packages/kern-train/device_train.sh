@@ -66,13 +66,14 @@ if ! python3 -c "import $MODS" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/*.whl $(ls .whl-train/*.whl 2>/dev/null || true)
 fi
-[ -s "$PROMPTS" ] || { echo "no prompts file $PROMPTS"; exit 2; }
+REUSE=0; [ "${REUSE_DATA:-0}" = 1 ] && [ -s "$WORK/seqs.npz" ] && REUSE=1
+[ "$REUSE" = 1 ] || [ -s "$PROMPTS" ] || { echo "no prompts file $PROMPTS"; exit 2; }
 [ "$TINY" = 1 ] || [ -s "$GGUF" ] || { echo "no GGUF at $GGUF"; exit 2; }
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used --format=csv,noheader || true
 KT="python3 -m kern_train.cli"
 
-if [ "$EVAL_LIMIT" != 0 ]; then   # the dry run keeps only a few held-out prompts
+if [ "$EVAL_LIMIT" != 0 ] && [ "$REUSE" = 0 ]; then   # the dry run keeps only a few held-out prompts
   python3 - "$PROMPTS" "$WORK/prompts.jsonl.gz" "$EVAL_LIMIT" <<'EOF'
 import sys
 from pathlib import Path
@@ -85,7 +86,7 @@ EOF
 fi
 
 t0=$(date +%s)
-if [ "${REUSE_DATA:-0}" = 1 ] && [ -s "$WORK/seqs.npz" ]; then
+if [ "$REUSE" = 1 ]; then
   echo "== data: reusing $WORK/seqs.npz (REUSE_DATA=1)"
 else
 echo "== data (budget ${DATA_S} s)"
