@@ -21,7 +21,9 @@
 #                     of GPU memory runs in halves); the held-out prompts always run, training
 #                     prompts until the budget is spent or the prompts file is exhausted
 #   fit   FIT_S=480   AdamW (LR=6e-4), BATCH=32 sequences x ANCHORS=32 blocks a step, 2 layers,
-#                     rank 64; then the held-out tau (16 anchors per sequence) and the export
+#                     rank 64; then the held-out tau (16 anchors per sequence) and the export;
+#                     SOURCE_WEIGHTS="gsm8k=4 humaneval=4" draws those sources' sequences more
+#                     often (default: none, uniform; the shipped draft is uniform)
 # Expected wall: ~30 s start-up per stage + at most 200 + 480 + ~30 s eval/export = at most
 # ~13 min. The device tool caps one call at 10 min, so there it runs as two warm calls over
 # the same $WORK: DATA_ONLY=1 (the data stage alone), then REUSE_DATA=1 (the fit on that
@@ -105,7 +107,8 @@ echo "== fit (budget ${FIT_S} s) + held-out eval + export"
 timeout $((FIT_S + 150)) $KT fit --target "$TARGET" --data "$WORK/seqs.npz" --out "$WORK/draft" \
   --name "$NAME" --layers 2 --markov-rank 64 --steps 1000000 --seconds "$FIT_S" \
   --batch "$BATCH" --anchors "$ANCHORS" --lr "$LR" --warmup 100 --log-every 100 \
-  --eval-anchors 16 --report "$OUT/report.json" --device "$DEVICE" --seed "$SEED"
+  --eval-anchors 16 --report "$OUT/report.json" --device "$DEVICE" --seed "$SEED" \
+  $(for w in ${SOURCE_WEIGHTS:-}; do printf -- '--source-weight %s ' "$w"; done)
 t2=$(date +%s); echo "== fit stage wall $((t2 - t1)) s"
 
 sha256sum "$WORK/draft/draft.safetensors"

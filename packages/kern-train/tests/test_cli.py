@@ -62,6 +62,11 @@ def test_random_qwen3_family(tmp_path):
      "kern-train: /nonexistent/dspark.json: cannot read: No such file or directory"),
     (["data", "--target", "tiny", "--prompts", "/nonexistent.jsonl.gz", "--out", "x",
       "--device", "cpu"], "kern-train: /nonexistent.jsonl.gz: not a prompts file"),
+    (["fit", "--target", "tiny", "--data", "d.npz", "--out", "x", "--device", "cpu",
+      "--source-weight", "gsm8k"], "kern-train: --source-weight `gsm8k`: expected SOURCE=WEIGHT"),
+    (["fit", "--target", "tiny", "--data", "d.npz", "--out", "x", "--device", "cpu",
+      "--source-weight", "gsm8k=many"],
+     "kern-train: --source-weight `gsm8k=many`: expected SOURCE=WEIGHT"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = run(*args)

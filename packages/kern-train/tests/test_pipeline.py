@@ -105,6 +105,30 @@ def test_a_batch_out_of_gpu_memory_runs_in_halves(tiny_target, monkeypatch):
     assert lines[0] == "data: a batch of 5 ran out of GPU memory; halves of 2"
 
 
+def test_source_weights_shift_the_draw_and_refuse_unknown_sources(sequences):
+    from kern_train.dspark.config import DSparkError
+    from kern_train.dspark.data import Sequences
+    from kern_train.dspark.train import row_probabilities
+    s = sequences
+    src = np.array(["gsm8k" if i % 3 == 0 else "sharegpt" for i in range(len(s.length))])
+    seqs = Sequences(s.tokens, s.length, s.prompt_len, s.eval, s.meta, src)
+    train = np.flatnonzero(~seqs.eval)
+    assert row_probabilities(seqs, train, ()) is None      # the unweighted draw is unchanged
+    p = row_probabilities(seqs, train, (("gsm8k", 4.0),))
+    is_math = src[train] == "gsm8k"
+    assert p.sum() == pytest.approx(1.0)
+    assert np.allclose(p[is_math], 4 * p[~is_math][0]) and np.allclose(p[~is_math], p[~is_math][0])
+    rng = np.random.default_rng(0)
+    drawn = np.concatenate([rng.choice(train, size=3, replace=False, p=p) for _ in range(2000)])
+    share = np.isin(drawn, train[is_math]).mean()
+    n_m, n_o = is_math.sum(), (~is_math).sum()
+    assert share > 1.5 * n_m / (n_m + n_o)                  # drawn far above its row share
+    with pytest.raises(DSparkError, match="no training sequence has source `humaneval`"):
+        row_probabilities(seqs, train, (("humaneval", 2.0),))
+    with pytest.raises(DSparkError, match="expected a finite weight > 0"):
+        row_probabilities(seqs, train, (("gsm8k", 0.0),))
+
+
 def test_a_few_steps_lower_the_loss_reproducibly(tiny_target, sequences):
     def run(steps):
         cfg = FitConfig(steps=steps, seconds=300, batch=6, anchors=8, lr=3e-3, warmup=4,

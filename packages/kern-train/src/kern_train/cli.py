@@ -104,6 +104,9 @@ def fit(target: Target, data: Annotated[Path, typer.Option(help="sequences file"
         eval_anchors: Annotated[int, typer.Option(help="anchors per held-out sequence")] = 16,
         max_bytes: Annotated[int, typer.Option(help="weight file limit (0: none)")] = 32_000_000,
         report: Annotated[Optional[Path], typer.Option(help="write the report JSON here")] = None,
+        source_weight: Annotated[Optional[list[str]], typer.Option(
+            help="SOURCE=W: draw that source's training sequences W times as often "
+                 "(repeatable; e.g. gsm8k=4)")] = None,
         device: Device = "cuda", seed: Seed = 0) -> None:
     """Train, measure offline τ on the held-out split, export both files."""
     from .dspark.data import Sequences
@@ -111,17 +114,33 @@ def fit(target: Target, data: Annotated[Path, typer.Option(help="sequences file"
     from .dspark.train import FitConfig
 
     def go():
+        weights = _source_weights(source_weight or [])
         seqs = Sequences.load(data)
         t = _target(target, device, seed)
         draft = new_draft(t, layers=layers, markov_rank=markov_rank, mask_token_id=mask_token_id,
                           seed=seed, name=name)
         cfg = FitConfig(steps=steps, seconds=seconds, batch=batch, anchors=anchors, lr=lr,
-                        warmup=warmup, seed=seed, log_every=log_every)
+                        warmup=warmup, seed=seed, log_every=log_every,
+                        source_weights=weights)
         rep = train_and_export(t, draft, seqs, cfg, out, eval_anchors=eval_anchors,
                                max_bytes=max_bytes or None)
         if report:
             report.write_text(json.dumps(rep, indent=2) + "\n")
     _run(go)
+
+
+def _source_weights(items: list[str]) -> tuple[tuple[str, float], ...]:
+    """``SOURCE=W`` options as (source, weight) pairs; a malformed one is a one-line error."""
+    out = []
+    for it in items:
+        name, eq, w = it.partition("=")
+        try:
+            out.append((name, float(w)))
+        except ValueError:
+            eq = ""
+        if not eq or not name:
+            raise DSparkError(f"--source-weight `{it}`: expected SOURCE=WEIGHT, e.g. gsm8k=4")
+    return tuple(out)
 
 
 @app.command("eval")

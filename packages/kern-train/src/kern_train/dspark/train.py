@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .batches import labels, make_batch, rows_of
+from .config import DSparkError
 from .data import Sequences
 from .loss import dspark_loss
 from .model import Draft
@@ -36,6 +37,9 @@ class FitConfig:
     weight_decay: float = 0.0
     seed: int = 0
     log_every: int = 50
+    #: ((source, weight), ...): a training sequence of that source is drawn ``weight`` times
+    #: as often as one of weight 1 (the others); () = uniform over the training split
+    source_weights: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -52,6 +56,25 @@ def lr_factor(progress: float, step: int, cfg: FitConfig) -> float:
         return (step + 1) / cfg.warmup
     p = min(max(progress, 0.0), 1.0)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
+
+
+def row_probabilities(seqs: Sequences, train: np.ndarray,
+                      weights: tuple[tuple[str, float], ...]) -> np.ndarray | None:
+    """P(row) for each of the ``train`` rows under ``weights`` (None: uniform, the draw
+    without weights stays the same). Refuses a source no training row has, or a weight ≤ 0."""
+    if not weights:
+        return None
+    src = seqs.sources()[train]
+    known = sorted(set(src.tolist()))
+    w = np.ones(len(train))
+    for name, x in weights:
+        if name not in known:
+            raise DSparkError(f"--source-weight {name}={x:g}: no training sequence has source "
+                              f"`{name}` (the data's sources: {', '.join(known) or 'none'})")
+        if not (x > 0 and math.isfinite(x)):
+            raise DSparkError(f"--source-weight {name}={x:g}: expected a finite weight > 0")
+        w[src == name] = x
+    return w / w.sum()
 
 
 def step_loss(target: Target, draft: Draft, seqs: Sequences, rows: np.ndarray,
@@ -75,6 +98,7 @@ def fit(target: Target, draft: Draft, seqs: Sequences, cfg: FitConfig, log=print
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     pick = np.random.default_rng(cfg.seed)
+    prob = row_probabilities(seqs, train, cfg.source_weights)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     t0 = time.monotonic()
@@ -86,7 +110,7 @@ def fit(target: Target, draft: Draft, seqs: Sequences, cfg: FitConfig, log=print
         progress = max(step / cfg.steps, (time.monotonic() - t0) / cfg.seconds)
         for grp in opt.param_groups:
             grp["lr"] = cfg.lr * lr_factor(progress, step, cfg)
-        rows = pick.choice(train, size=min(cfg.batch, len(train)), replace=False)
+        rows = pick.choice(train, size=min(cfg.batch, len(train)), replace=False, p=prob)
         loss, stats, _ = step_loss(target, draft, seqs, rows, cfg, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
