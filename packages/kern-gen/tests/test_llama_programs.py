@@ -41,7 +41,7 @@ def test_an_op_without_emitter_is_refused():
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
     assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "embedding", "angles",
-            "attention", "argmax"} == set(EMIT)
+            "rope_kv", "attention", "argmax"} == set(EMIT)
 
 
 @pytest.mark.parametrize("kind,args", [

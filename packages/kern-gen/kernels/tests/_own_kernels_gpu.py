@@ -139,6 +139,14 @@ class Kernels:
           (ptr(a), ptr(w), *(ptr(o) for o in outs), np.int32(m),
            *(np.int32(x) for x in widths), np.int32(k)))
 
+    def rope_kv(self, qkv, angles, slots, q_out, kc, vc, heads, kv_heads, head_dim,
+                cache_len):
+        f = self.fn("rope_kv.cubin", "kern_rope_kv_bf16")
+        tokens = qkv.shape[0]
+        f((tokens, 1, 1), (256, 1, 1),
+          (ptr(qkv), ptr(angles), ptr(slots), ptr(q_out), ptr(kc), ptr(vc), np.int32(tokens),
+           np.int32(heads), np.int32(kv_heads), np.int32(head_dim), np.int64(cache_len)))
+
     def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, counters,
                     out, n_q, n_kv, splits, scale, tokens, s_min=None):
         """The one-launch split-KV decode (ABI.md 3a).  k, v: views [slots, n_kv, D] with unit

@@ -37,8 +37,9 @@ def dspark_command(
     nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
     gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
                                       "(cublaslt or gemv)")] = DEFAULT_GEMM,
-    fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fused "
-                                       "GEMVs in the few-row programs")] = True,
+    fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fusions "
+                                       "in the few-row programs (rope + K/V writes, "
+                                       "the fused GEMVs)")] = True,
 ) -> None:
     """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
     try:

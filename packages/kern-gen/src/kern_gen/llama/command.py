@@ -54,9 +54,10 @@ def _make(preset: str):
                                                "merge) or one-launch (the last split block "
                                                "merges); prefill always uses the flash "
                                                "kernel")] = DEFAULT_ATTENTION,
-        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fused "
-                                           "GEMVs in the few-row programs (gate/up + "
-                                           "SiLU*mul in one launch; verify's q/k/v in one)")]
+        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fusions "
+                                           "in the few-row programs: a Llama layer's rope + "
+                                           "K/V writes in one launch, gate/up + "
+                                           "SiLU*mul in one, verify's q/k/v in one")]
             = True,
     ) -> None:
         shown = out

@@ -73,7 +73,7 @@ def is_weight(buf: str | None) -> bool:
 @dataclass
 class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | embedding | angles
-                       # | attention | argmax
+                       # | rope_kv | attention | argmax
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
@@ -99,8 +99,9 @@ class Program:
 
 OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2")
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
-INOUT_ARGS = ("acc",)
-"""The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ)."""
+INOUT_ARGS = ("acc", "kc", "vc")
+"""The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ;
+``rope_kv``: rows of the K/V states)."""
 
 
 def refs(o: Op) -> list[Ref]:

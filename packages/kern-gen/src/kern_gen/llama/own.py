@@ -57,6 +57,27 @@ def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, An
                      t]}
 
 
+def rope_kv(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """One layer's q/k rope and K/V cache writes (:mod:`.fuse_rope`, ABI.md 3d)."""
+    cfg, a = asm.cfg, op.args
+    p = ["in buffer<bf16>", "in buffer<f32>", "in buffer<i64>", "out buffer<bf16>",
+         "inout ptr", "inout ptr", "i32"]
+    step = asm.own_step("rope_kv.cubin", "kern_rope_kv_bf16",
+                        params=[*p, "i32", "i32", "i32", "i64"], block=[256, 1, 1],
+                        grid=[rows, 1, 1],
+                        args=[*({"arg": i} for i in range(7)), {"i32": cfg.heads},
+                              {"i32": cfg.kv_heads}, {"i32": cfg.head_dim},
+                              {"i64": asm.kv.max_len}])
+    name = asm.kernel(f"{program}.rope_kv", {"params": p, "impl": {"steps": [step]}},
+                      "own `kern_rope_kv_bf16` (replaces the captured k rope + K write, V write "
+                      "and q rope of a layer: one launch instead of three, kern_gen/llama/"
+                      "fuse_rope.py)")
+    t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["qkv"]), asm.arg(a["angles"]), asm.arg(a["slots"]),
+                     asm.arg(a["out"]), asm.arg(a["kc"]), asm.arg(a["vc"]), t]}
+
+
 def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     """Both read keys through the caller's page table (``block_table``, ABI.md 3).
     ``prefill``: the own flash kernel (query tiles of 64 rows of one sequence, causal from

@@ -19,6 +19,7 @@ from kern_manifest.contract import ContractError, check_manifest
 
 from . import config as C
 from . import fuse as FU
+from . import fuse_rope as FR
 from . import merge as M
 from . import repo
 from .arch import ARCHS, INV_FREQ
@@ -117,6 +118,14 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
     return decode, prefill
 
 
+def _fused(programs: list[Program], cfg: C.ModelConfig) -> list[Program]:
+    """The few-row programs with the fused GEMVs (:mod:`.fuse`) and, where a Llama layer's
+    rope kernels are provably the plain rotate-half rope, one rope + K/V launch
+    (:mod:`.fuse_rope`)."""
+    return [FR.fuse_rope(FU.fuse_program(p), cfg)[0] if p.name in FEW_ROWS else p
+            for p in programs]
+
+
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
@@ -159,7 +168,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
     if gemm == "gemv" and fuse:
-        programs = [FU.fuse_program(p) if p.name in FEW_ROWS else p for p in programs]
+        programs = _fused(programs, cfg)
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,

@@ -50,6 +50,13 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       f"writers' compiled bound `0 <= slot < {kv.max_len}`; declared as the domain of "
       f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).")
     w(_gemm_line(asm.gemm_impl, any(".gemm_silu." in k for k in asm.kernels)) + "\n")
+    rope = sorted(k for k in asm.kernels if k.endswith(".rope_kv"))
+    if rope:
+        w(f"- **Rope + cache writes in one launch** (`--fuse`, the default with gemv; `--no-fuse` "
+          f"keeps the captured kernels): in {', '.join(f'`{k}`' for k in rope)} each layer's "
+          f"three captured kernels k rope + K write, V write and q rope are one "
+          f"`kern_rope_kv_bf16` launch (ABI.md 3d, `kern_gen/llama/fuse_rope.py`, which "
+          f"proves the pattern; a rope with the q/k norm inside, Qwen3's, stays captured).\n")
     return L
 
 

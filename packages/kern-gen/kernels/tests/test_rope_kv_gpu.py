@@ -1,0 +1,81 @@
+"""GPU test of ``kern_rope_kv_bf16`` (ABI.md 3d): the rotate-half rope of q and k and the K/V
+cache writes of one layer, against a float64 reference of the formula (HF Llama's
+``apply_rotary_pos_emb`` with ``rotate_half``, angles ``positions · inv_freq``): q and the
+written K rows within one bf16 rounding of it (nearly all equal to its rounding), V rows copied
+bit for bit, every other cache row untouched, negative slots counted from the end, slots out of
+range writing nothing.  Skips cleanly without torch, cupy, a GPU or nvcc."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _own_kernels_gpu import report  # noqa: E402
+
+
+def _rope64(torch, x, ang):
+    """x [T, heads, D] (bf16), ang [D/2, T] (f32) -> float64 rotate-half rope."""
+    x = x.double()
+    a = torch.cat([ang.double().T, ang.double().T], -1)[:, None, :]     # [T, 1, D]
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * torch.cos(a) + rot * torch.sin(a)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,heads,kv_heads,d", [(1, 9, 3, 64), (8, 9, 3, 64),
+                                                     (1, 32, 8, 128), (5, 32, 8, 128)])
+def test_rope_kv_matches_the_formula(env, tokens, heads, kv_heads, d):
+    torch, _, k = env
+    dev, L = "cuda", 64
+    g = torch.Generator(device=dev).manual_seed(tokens * 131 + heads + d)
+    width = (heads + 2 * kv_heads) * d
+    qkv = (3 * torch.randn((tokens, width), generator=g, device=dev)).to(torch.bfloat16)
+    pos = torch.randint(0, 8192, (tokens,), generator=g, device=dev)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=dev).float() / d))
+    ang = (inv[:, None] * pos[None, :].float()).contiguous()        # [D/2, T] f32
+    slots = torch.randperm(L - 2, generator=g, device=dev)[:tokens] + 1
+    if tokens > 1:
+        slots[0] = -1                      # counts from the end: row L - 1
+    q_out = torch.full((tokens, heads * d), float("nan"), dtype=torch.bfloat16, device=dev)
+    kc = torch.full((L, kv_heads, d), 7.0, dtype=torch.bfloat16, device=dev)
+    vc = kc.clone()
+    k.rope_kv(qkv, ang, slots, q_out, kc, vc, heads, kv_heads, d, L)
+    torch.cuda.synchronize()
+    q, kk, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=1)
+    rows = torch.where(slots < 0, slots + L, slots)
+    cases = [("q", q_out.view(tokens, heads, d), _rope64(torch, q.view(tokens, heads, d), ang)),
+             ("k", kc[rows], _rope64(torch, kk.view(tokens, kv_heads, d), ang))]
+    for name, got, ref in cases:
+        err = (got.double() - ref).abs()
+        ulp = torch.ldexp(torch.ones_like(ref), torch.frexp(ref)[1] - 8)   # bf16 ulp at |ref|
+        rounded = ref.to(torch.bfloat16)
+        same = (got == rounded).double().mean().item()
+        report(f"rope_kv {name} T={tokens} H={heads} KV={kv_heads} D={d}: max err "
+               f"{(err / ulp).max().item():.3f} ulp, equal to the rounded reference {same:.4%}")
+        assert not torch.isnan(got.float()).any()
+        assert (err <= ulp).all(), f"{name}: more than one bf16 ulp off"
+        assert same > 0.99
+    assert torch.equal(vc[rows], v.view(tokens, kv_heads, d))
+    untouched = torch.ones(L, dtype=torch.bool, device=dev)
+    untouched[rows] = False
+    assert (kc[untouched] == 7.0).all() and (vc[untouched] == 7.0).all()
+
+
+@pytest.mark.gpu
+def test_rope_kv_slot_out_of_range_writes_no_cache_row(env):
+    torch, _, k = env
+    dev, L, H, KV, D = "cuda", 16, 9, 3, 64
+    qkv = torch.randn((2, (H + 2 * KV) * D), device=dev).to(torch.bfloat16)
+    ang = torch.rand((D // 2, 2), device=dev)
+    slots = torch.tensor([L, -L - 1], device=dev)
+    q_out = torch.zeros((2, H * D), dtype=torch.bfloat16, device=dev)
+    kc = torch.full((L, KV, D), 7.0, dtype=torch.bfloat16, device=dev)
+    vc = kc.clone()
+    k.rope_kv(qkv, ang, slots, q_out, kc, vc, H, KV, D, L)
+    torch.cuda.synchronize()
+    assert (kc == 7.0).all() and (vc == 7.0).all()
+    assert (q_out != 0).any()              # q is still roped: it has no cache row

@@ -1,0 +1,171 @@
+"""Rope + cache writes in one launch: the few-row programs' three captured rope kernels of a
+layer become one own ``kern_rope_kv_bf16`` (``kernels/rope_kv.cu``, ABI.md 3d).
+
+Why: a decode step is bound by launches (issue 16).  In the Llama decode graph Inductor
+leaves three small kernels per layer between the qkv GEMM and the attention: k rope + K-cache
+write, V-cache write, q rope (SmolLM2: 90 of the step's ~305 dispatches).  The own kernel does
+the three in one launch with the same arithmetic (rotate-half in f32, one bf16 rounding).
+
+The fusion is made only where it is proved on the IR and the captured kernels' names
+(:class:`~.errors.WiringError` otherwise):
+
+- the three are adjacent (nothing runs between them) and are exactly the Llama signature: k
+  rope reads ``slots``, the k part of one qkv buffer and the rope angles and writes the
+  layer's K state; the V write reads ``slots`` and the v part and writes the V state; q rope
+  reads the q part and the same angles and writes one buffer;
+- the parts sit where the merged qkv GEMM writes them: q at byte 0, k at ``2·H·D``, v at
+  ``2·(H + KV)·D``, of a buffer ``(H + 2·KV)·D`` wide; the angles come from the own angle
+  kernel (:func:`~.own.rope_angles`, layout ``[D/2, tokens]``);
+- each captured kernel's ATen ops (Inductor names a fused kernel after them) are only the
+  rotate-half rope's and the cache copy's: a norm, a scaling or any other op refuses.
+
+A layer whose q rope carries more (Qwen3's q/k RMSNorm: a weight, ``mean``, ``rsqrt``) is left
+as captured; :func:`fuse_rope` reports how many layers it fused.  Which index the writes
+use is asserted for the captured writers themselves (:mod:`.writers`); the own kernel
+writes row ``slots[t]`` of the states with the same stride (``KV·D`` elements a row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .errors import WiringError
+from .ir import SLOTS, Op, Program, Ref, check_dataflow, used_buffers, writes
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+#: the ATen ops a rotate-half rope and an ``index_copy_`` cache write fuse into (the words of
+#: Inductor's ``triton_poi_fused_<ops>_<n>`` names)
+ROPE_OPS = frozenset({"to_copy", "unsafe_view", "add", "bmm", "cat", "cos", "sin", "mul",
+                      "neg", "slice", "transpose", "unsqueeze", "view", "index_copy", "expand",
+                      "clone"})
+PARTS = ("k_rope_cache", "v_cache", "q_rope")
+
+
+def aten_ops(kernel: str) -> set[str]:
+    """The ATen op names in an Inductor kernel name ``triton_<kind>_fused_<op>_<op>…_<n>``
+    (``_to_copy`` is ``to_copy``; the trailing index dropped); empty for other names."""
+    head = "triton_poi_fused_"
+    if not kernel.startswith(head):
+        return set()
+    words = kernel[len(head):].rstrip("0123456789").strip("_").split("_")
+    ops, i = set(), 0
+    while i < len(words):   # the two-word ops Inductor names with one underscore inside
+        two = f"{words[i]}_{words[i + 1]}" if i + 1 < len(words) else ""
+        if two in ("to_copy", "unsafe_view", "index_copy"):
+            ops.add(two)
+            i += 2
+        else:
+            ops.add(words[i])
+            i += 1
+    ops.discard("")
+    return ops
+
+
+def fuse_rope(prog: Program, cfg: ModelConfig) -> tuple[Program, int]:
+    """(``prog`` with every provable layer's three rope kernels fused, layers fused)."""
+    ops, out, fused, j = list(prog.ops), [], 0, 0
+    while j < len(ops):
+        group = _group(ops, j)
+        if group is None:
+            out.append(ops[j])
+            j += 1
+            continue
+        out.append(_fused(prog, ops, j, group, cfg))
+        fused += 1
+        j += 3
+    if not fused:
+        return prog, 0
+    check_dataflow(prog.name, out)
+    used = used_buffers(out)
+    return replace(prog, ops=out, bufs={k: b for k, b in prog.bufs.items() if k in used}), fused
+
+
+def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
+    """The three adjacent rope ops of one layer starting at ``j`` (any order), if the q rope
+    has the Llama shape (a read of q, a read of the angles, one output); else None."""
+    window = ops[j:j + 3]
+    if len(window) < 3 or any(o.kind != "mined" for o in window):
+        return None
+    parts = {o.label.partition(".")[2]: o for o in window}
+    layers = {o.label.partition(".")[0] for o in window}
+    if set(parts) != set(PARTS) or len(layers) != 1:
+        return None
+    if len(parts["q_rope"].ptrs) != 3:      # Qwen3: the q norm's weight (and variance)
+        return None
+    return parts
+
+
+def _where(prog: Program, op: Op) -> str:
+    return op.site.where(prog.name, op.label) if op.site else f"{prog.name}: {op.label}"
+
+
+def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelConfig) -> Op:
+    H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
+    k, v, q = g["k_rope_cache"], g["v_cache"], g["q_rope"]
+    for o in (k, v, q):
+        extra = aten_ops(o.site.name if o.site else "") - ROPE_OPS
+        if o.site is None or not aten_ops(o.site.name) or extra:
+            raise WiringError(f"{_where(prog, o)}: kernel `{o.site.name if o.site else '?'}` "
+                              f"fuses ATen ops beyond a rotate-half rope and a cache copy "
+                              f"({', '.join(sorted(extra)) or 'no Inductor name'}); "
+                              f"not fused into kern_rope_kv_bf16")
+    layer = q.label.partition(".")[0]
+    kin = _sig(prog, k, {"in": 3, "inout": 1})
+    vin = _sig(prog, v, {"in": 2, "inout": 1})
+    qin = _sig(prog, q, {"in": 2, "out": 1})
+    for o, sig in ((k, kin), (v, vin)):
+        if SLOTS not in sig["in"]:
+            raise WiringError(f"{_where(prog, o)}: the cache write does not read `slots`")
+    qkv_q = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
+    ang = [r for r in qin["in"] if r not in qkv_q]
+    if len(qkv_q) != 1 or len(ang) != 1:
+        raise WiringError(f"{_where(prog, q)}: expected one bf16 q input and one f32 angle "
+                          f"input, found {qin['in']}")
+    qkv = qkv_q[0].buf
+    offs = {"q": 0, "k": 2 * H * D, "v": 2 * (H + KV) * D}
+    want = {"q": qkv_q[0], "k": _part(prog, k, kin, qkv), "v": _part(prog, v, vin, qkv)}
+    for part, r in want.items():
+        if r.offset != offs[part]:
+            raise WiringError(f"{_where(prog, g[PARTS[('k', 'v', 'q').index(part)]])}: reads "
+                              f"{part} at byte {r.offset} of `{qkv}`, not at {offs[part]} "
+                              f"(the merged qkv layout q | k | v)")
+    if prog.bufs[qkv].width != (H + 2 * KV) * D:
+        raise WiringError(f"{_where(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
+                          f"merged qkv's {(H + 2 * KV) * D}")
+    if ang[0] not in kin["in"]:
+        raise WiringError(f"{_where(prog, k)}: k rope reads other angles than q rope "
+                          f"(`{ang[0].buf}`)")
+    producer = next((o for o in reversed(ops[:j]) if ang[0].buf in
+                     [r.buf for _, r in writes(o)]), None)
+    if producer is None or producer.kind != "angles":
+        raise WiringError(f"{_where(prog, q)}: the angles `{ang[0].buf}` do not come from the "
+                          f"own angle kernel ([D/2, tokens] f32)")
+    kst, vst = kin["inout"][0], vin["inout"][0]
+    if (kst.state, vst.state) != (f"kv.{layer}.k", f"kv.{layer}.v") or kst.offset or vst.offset:
+        raise WiringError(f"{_where(prog, k)}: writes `{kst.state}` / `{vst.state}`, not the "
+                          f"layer's K/V states kv.{layer}.k / kv.{layer}.v")
+    return Op("rope_kv", f"{layer}.rope_kv", q.site,
+              args={"qkv": Ref(buf=qkv), "angles": ang[0], "slots": SLOTS,
+                    "out": qin["out"][0], "kc": kst, "vc": vst})
+
+
+def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
+    by: dict[str, list[Ref]] = {"in": [], "out": [], "inout": []}
+    for _, (d, r) in sorted(o.ptrs.items()):
+        by[d].append(r)
+    got = {d: len(rs) for d, rs in by.items() if rs}
+    if got != want:
+        raise WiringError(f"{_where(prog, o)}: pointer directions {got}, not the Llama "
+                          f"rope's {want}")
+    return by
+
+
+def _part(prog: Program, o: Op, sig: dict[str, list[Ref]], qkv: str) -> Ref:
+    rs = [r for r in sig["in"] if r.buf == qkv]
+    if len(rs) != 1:
+        raise WiringError(f"{_where(prog, o)}: does not read the q rope's qkv buffer `{qkv}` "
+                          f"exactly once")
+    return rs[0]

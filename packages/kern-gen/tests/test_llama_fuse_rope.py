@@ -1,0 +1,133 @@
+"""Rope + cache writes in one launch (``kern_gen.llama.fuse_rope``): on the SmolLM2 capture every
+layer's three rope kernels of ``decode`` become one ``rope_kv`` that reads what they read and
+feeds what they fed; Qwen3's (q/k norm inside) stay as captured; each proved fact refuses an
+altered program."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+import pytest
+from kg_own import wiring_inputs
+
+from kern_gen.llama import WiringError
+from kern_gen.llama import merge as M
+from kern_gen.llama.command import PRESETS
+from kern_gen.llama.fuse import fuse_program
+from kern_gen.llama.fuse_rope import ROPE_OPS, aten_ops, fuse_rope
+from kern_gen.llama.ir import Op, Ref, reads, writes
+from kern_gen.llama.programs import PROGRAMS
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _decode(preset: str, tmp: Path):
+    if not (ROOT / PRESETS[preset][0]).is_dir():
+        pytest.skip(f"no {preset} capture")
+    _, cfg, g = wiring_inputs(preset, tmp)
+    return cfg, fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg))
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    return _decode("llama", tmp_path_factory.mktemp("mined"))
+
+
+def _replay(ops: list[Op]) -> dict[str, list[str]]:
+    """op label -> the producer of each workspace it reads (a rope_kv's q output named after
+    the q rope it replaces)."""
+    last: dict[tuple[str, int], str] = {}
+    out: dict[str, list[str]] = {}
+    for o in ops:
+        out[o.label] = [last.get((r.buf, r.offset), "<input>") for r in reads(o)
+                        if r.buf and not r.buf.startswith("model.")]
+        for _, r in writes(o):
+            last[(r.buf, r.offset)] = (f"{o.label.split('.')[0]}.q_rope" if o.kind == "rope_kv"
+                                       else o.label)
+    return out
+
+
+def test_every_smollm2_layer_is_fused_and_reads_what_it_read(smol):
+    cfg, plain = smol
+    fused, n = fuse_rope(plain, cfg)
+    assert n == cfg.layers and len(plain.ops) - len(fused.ops) == 2 * cfg.layers
+    assert not any(o.label.split(".")[-1] in ("k_rope_cache", "v_cache", "q_rope")
+                   for o in fused.ops)
+    before, after = _replay(plain.ops), _replay(fused.ops)
+    for o in fused.ops:
+        if o.kind == "rope_kv":
+            layer = o.label.split(".")[0]
+            assert after[o.label] == [before[f"{layer}.q_rope"][0], "rope angles", "<input>"]
+            assert (o.args["kc"].state, o.args["vc"].state) == (f"kv.{layer}.k", f"kv.{layer}.v")
+        else:
+            assert after[o.label] == before[o.label], o.label   # the attention's q included
+
+
+def test_qwen3_rope_with_the_qk_norm_stays_captured(tmp_path):
+    cfg, plain = _decode("qwen3", tmp_path)
+    fused, n = fuse_rope(plain, cfg)
+    assert n == 0 and fused is plain
+
+
+def test_aten_ops_of_the_captured_names():
+    k = "triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_index_copy_mul_neg_sin_slice_transpose_unsqueeze_view_2"
+    assert aten_ops(k) == {"to_copy", "unsafe_view", "add", "bmm", "cat", "cos", "index_copy",
+                           "mul", "neg", "sin", "slice", "transpose", "unsqueeze", "view"}
+    assert aten_ops(k) <= ROPE_OPS
+    assert "rsqrt" in aten_ops("triton_poi_fused__to_copy_add_mean_mul_pow_rsqrt_0")
+    assert aten_ops("kern_gemv_bf16") == set()
+
+
+def _altered(smol, label: str, **change):
+    """The decode program with op ``label``'s pointer/site changed (``ptr=(param, (dir, ref))``
+    or ``name=`` for its kernel name)."""
+    cfg, plain = smol
+    ops = []
+    for o in plain.ops:
+        if o.label == label:
+            o = copy.copy(o)
+            if "ptr" in change:
+                p, v = change["ptr"]
+                o.ptrs = {**o.ptrs, p: v}
+            if "name" in change:
+                o.site = copy.copy(o.site)
+                o.site.info = msgspec.structs.replace(o.site.info, name=change["name"])
+        ops.append(o)
+    return cfg, replace(plain, ops=ops)
+
+
+def _ptr(smol, label: str, pred) -> int:
+    o = next(o for o in smol[1].ops if o.label == label)
+    return next(p for p, (d, r) in o.ptrs.items() if pred(d, r))
+
+
+@pytest.mark.parametrize("case, match", [
+    ("v_offset", r"reads v at byte 1664 of `decode.L3.qkv_proj.out`, not at 1536"),
+    ("k_state", r"writes `kv.L4.k` / `kv.L3.v`, not the layer's K/V states"),
+    ("angles", r"k rope reads other angles than q rope"),
+    ("norm", r"fuses ATen ops beyond a rotate-half rope and a cache copy \(mean, pow, rsqrt\)"),
+    ("slots", r"the cache write does not read `slots`"),
+])
+def test_each_fact_refuses_an_altered_program(smol, case, match):
+    if case == "v_offset":
+        p = _ptr(smol, "L3.v_cache", lambda d, r: r.buf == "decode.L3.qkv_proj.out")
+        cfg, prog = _altered(smol, "L3.v_cache",
+                             ptr=(p, ("in", Ref(buf="decode.L3.qkv_proj.out", offset=1664))))
+    elif case == "k_state":
+        p = _ptr(smol, "L3.k_rope_cache", lambda d, r: r.state is not None)
+        cfg, prog = _altered(smol, "L3.k_rope_cache", ptr=(p, ("inout", Ref(state="kv.L4.k"))))
+    elif case == "angles":
+        p = _ptr(smol, "L3.k_rope_cache", lambda d, r: r.buf == "decode.rope.angles")
+        cfg, prog = _altered(smol, "L3.k_rope_cache",
+                             ptr=(p, ("in", Ref(buf="decode.rope.angles", offset=4))))
+    elif case == "slots":
+        p = _ptr(smol, "L3.v_cache", lambda d, r: r.buf == "slots")
+        cfg, prog = _altered(smol, "L3.v_cache", ptr=(p, ("in", Ref(buf="positions"))))
+    else:
+        cfg, prog = _altered(smol, "L3.q_rope",
+                             name="triton_poi_fused__to_copy_cos_mean_mul_pow_rsqrt_sin_4")
+    with pytest.raises(WiringError, match=match):
+        fuse_rope(prog, cfg)
