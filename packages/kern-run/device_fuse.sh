@@ -15,6 +15,7 @@
 # the lever manifests (default .levers/*-nofuse, "nofuse"); BENCH_CASES the bench's cases.
 #
 #   kernels  own-kernel GEMV GPU tests (plain, SiLU-fused, q/k/v split vs float64 and cuBLAS;
+#            the rope + K/V kernel vs the float64 rope;
 #            the fused variants bit for bit against the plain GEMV)  -> $OUT/kernels.log
 #   text     SmolLM2 greedy text, fused examples vs the unfused lever, five prompts
 #                                                                    -> $OUT/text.log
@@ -58,7 +59,8 @@ note() { echo "== $1: exit $2"; [ "$rc" -eq 0 ] && [ "$2" -ne 0 ] && rc=$2; retu
 for step in "${STEPS[@]}"; do
   case "$step" in
     kernels)
-      timeout 240 python3 -m pytest -m gpu packages/kern-gen/kernels/tests/test_gemv_gpu.py -q \
+      timeout 240 python3 -m pytest -m gpu packages/kern-gen/kernels/tests/test_gemv_gpu.py \
+        packages/kern-gen/kernels/tests/test_rope_kv_gpu.py -q \
         -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/kernels.log"
       note kernels "${PIPESTATUS[0]}" ;;
     text)
