@@ -62,10 +62,14 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
                             "gpu_precompute_ms_per_round": None}
         assert r["tau_before_eos"] is None or 1 <= r["tau_before_eos"] <= 8
         assert 0 <= r["after_eos_share"] <= 1
+        e = r["to_eos"]              # the second pass, both runs stopping at EOS
+        assert e["bugs"] == [] and e["plain_ms_per_token"] > 0 and e["spec_ms_per_token"] > 0
+        assert 1 <= e["tau"] <= 8 and 0 < e["rounds"] <= r["rounds"]
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
-    assert [r.case for r in rep.rows].count("dspark open-chat") == 4
-    assert [r.case for r in rep.rows].count("dspark math-code") == 4
+    assert [r.case for r in rep.rows].count("dspark open-chat") == 5
+    assert [r.case for r in rep.rows].count("dspark math-code") == 5
+    assert any("to the first EOS" in r.what and "as kern-run does" in r.note for r in rep.rows)
     mc = next(r for r in rep.rows if r.case == "dspark math-code" and "ms/token" in r.what)
     assert mc.target == "≥ 1.6x" and mc.note.endswith(("met", "MISSED"))
     ig = next(r for r in rep.rows if r.case == "dspark input-grounded" and "ms/token" in r.what)
