@@ -111,7 +111,8 @@ def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelCon
             raise WiringError(f"{_where(prog, o)}: kernel `{o.site.name if o.site else '?'}` "
                               f"fuses ATen ops beyond a rotate-half rope and a cache copy "
                               f"({', '.join(sorted(extra)) or 'no Inductor name'}); "
-                              f"not fused into kern_rope_kv_bf16")
+                              f"not fused into kern_rope_kv_bf16 (`--no-fuse` keeps the "
+                              f"captured kernels)")
     layer = q.label.partition(".")[0]
     kin = _sig(prog, k, {"in": 3, "inout": 1})
     vin = _sig(prog, v, {"in": 2, "inout": 1})
