@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from .errors import WiringError
 from .gemm import GEMV_COLS
-from .ir import Op, Program, Ref, check_dataflow, reads, used_buffers, writes
+from .ir import Op, Program, Ref, check_dataflow, op_where, reads, used_buffers, writes
 
 SILU_LABEL = "silu_mul"
 
@@ -40,10 +40,6 @@ def fuse_program(prog: Program) -> Program:
     check_dataflow(prog.name, ops)
     used = used_buffers(ops)
     return replace(prog, ops=ops, bufs={k: b for k, b in prog.bufs.items() if k in used})
-
-
-def _where(program: str, op: Op) -> str:
-    return op.site.where(program, op.label) if op.site else f"{program}: {op.label}"
 
 
 def _writes_buf(op: Op, buf: str | None) -> bool:
@@ -87,7 +83,7 @@ def _fuse_silu(prog: Program, ops: list[Op]) -> list[Op]:
 
 def _fuse_one_silu(prog: Program, ops: list[Op], j: int) -> tuple[list[Op], int]:
     s = ops[j]
-    where = _where(prog.name, s)
+    where = op_where(prog.name, s)
     gate, up = _silu_operands(s, where)
     tg, tu = _producer(ops, j, gate, where), _producer(ops, j, up, where)
     pg, pu = ops[tg], ops[tu]
@@ -188,7 +184,7 @@ def _chain(ops: list[Op], j: int) -> list[int] | None:
 
 def _fuse_chain(program: str, ops: list[Op], chain: list[int]) -> list[Op]:
     parts = [ops[t] for t in chain]
-    where = _where(program, parts[0])
+    where = op_where(program, parts[0])
     outs = [p.args["c"] for p in parts]
     if len({c.buf for c in outs}) != 3:
         raise WiringError(f"{where}: the q/k/v GEMMs {[p.label for p in parts]} write "

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import WiringError
-from .ir import SLOTS, Op, Program, Ref, check_dataflow, used_buffers, writes
+from .ir import SLOTS, Op, Program, Ref, check_dataflow, op_where, used_buffers, writes
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -98,19 +98,20 @@ def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
     return parts
 
 
-def _where(prog: Program, op: Op) -> str:
-    return op.site.where(prog.name, op.label) if op.site else f"{prog.name}: {op.label}"
+def _at(prog: Program, op: Op) -> str:
+    return op_where(prog.name, op)
 
 
 def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelConfig) -> Op:
     H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     k, v, q = g["k_rope_cache"], g["v_cache"], g["q_rope"]
     for o in (k, v, q):
-        extra = aten_ops(o.site.name if o.site else "") - ROPE_OPS
-        if o.site is None or not aten_ops(o.site.name) or extra:
-            raise WiringError(f"{_where(prog, o)}: kernel `{o.site.name if o.site else '?'}` "
+        name = o.site.name if o.site else "?"
+        found = aten_ops(name)
+        if not found or found - ROPE_OPS:
+            raise WiringError(f"{_at(prog, o)}: kernel `{name}` "
                               f"fuses ATen ops beyond a rotate-half rope and a cache copy "
-                              f"({', '.join(sorted(extra)) or 'no Inductor name'}); "
+                              f"({', '.join(sorted(found - ROPE_OPS)) or 'no Inductor name'}); "
                               f"not fused into kern_rope_kv_bf16 (`--no-fuse` keeps the "
                               f"captured kernels)")
     layer = q.label.partition(".")[0]
@@ -119,34 +120,34 @@ def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelCon
     qin = _sig(prog, q, {"in": 2, "out": 1})
     for o, sig in ((k, kin), (v, vin)):
         if SLOTS not in sig["in"]:
-            raise WiringError(f"{_where(prog, o)}: the cache write does not read `slots`")
+            raise WiringError(f"{_at(prog, o)}: the cache write does not read `slots`")
     qkv_q = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
     ang = [r for r in qin["in"] if r not in qkv_q]
     if len(qkv_q) != 1 or len(ang) != 1:
-        raise WiringError(f"{_where(prog, q)}: expected one bf16 q input and one f32 angle "
+        raise WiringError(f"{_at(prog, q)}: expected one bf16 q input and one f32 angle "
                           f"input, found {qin['in']}")
     qkv = qkv_q[0].buf
     offs = {"q": 0, "k": 2 * H * D, "v": 2 * (H + KV) * D}
     want = {"q": qkv_q[0], "k": _part(prog, k, kin, qkv), "v": _part(prog, v, vin, qkv)}
     for part, r in want.items():
         if r.offset != offs[part]:
-            raise WiringError(f"{_where(prog, g[PARTS[('k', 'v', 'q').index(part)]])}: reads "
+            raise WiringError(f"{_at(prog, g[PARTS[('k', 'v', 'q').index(part)]])}: reads "
                               f"{part} at byte {r.offset} of `{qkv}`, not at {offs[part]} "
                               f"(the merged qkv layout q | k | v)")
     if prog.bufs[qkv].width != (H + 2 * KV) * D:
-        raise WiringError(f"{_where(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
+        raise WiringError(f"{_at(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
                           f"merged qkv's {(H + 2 * KV) * D}")
     if ang[0] not in kin["in"]:
-        raise WiringError(f"{_where(prog, k)}: k rope reads other angles than q rope "
+        raise WiringError(f"{_at(prog, k)}: k rope reads other angles than q rope "
                           f"(`{ang[0].buf}`)")
     producer = next((o for o in reversed(ops[:j]) if ang[0].buf in
                      [r.buf for _, r in writes(o)]), None)
     if producer is None or producer.kind != "angles":
-        raise WiringError(f"{_where(prog, q)}: the angles `{ang[0].buf}` do not come from the "
+        raise WiringError(f"{_at(prog, q)}: the angles `{ang[0].buf}` do not come from the "
                           f"own angle kernel ([D/2, tokens] f32)")
     kst, vst = kin["inout"][0], vin["inout"][0]
     if (kst.state, vst.state) != (f"kv.{layer}.k", f"kv.{layer}.v") or kst.offset or vst.offset:
-        raise WiringError(f"{_where(prog, k)}: writes `{kst.state}` / `{vst.state}`, not the "
+        raise WiringError(f"{_at(prog, k)}: writes `{kst.state}` / `{vst.state}`, not the "
                           f"layer's K/V states kv.{layer}.k / kv.{layer}.v")
     return Op("rope_kv", f"{layer}.rope_kv", q.site,
               args={"qkv": Ref(buf=qkv), "angles": ang[0], "slots": SLOTS,
@@ -159,7 +160,7 @@ def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
         by[d].append(r)
     got = {d: len(rs) for d, rs in by.items() if rs}
     if got != want:
-        raise WiringError(f"{_where(prog, o)}: pointer directions {got}, not the Llama "
+        raise WiringError(f"{_at(prog, o)}: pointer directions {got}, not the Llama "
                           f"rope's {want}")
     return by
 
@@ -167,6 +168,6 @@ def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
 def _part(prog: Program, o: Op, sig: dict[str, list[Ref]], qkv: str) -> Ref:
     rs = [r for r in sig["in"] if r.buf == qkv]
     if len(rs) != 1:
-        raise WiringError(f"{_where(prog, o)}: does not read the q rope's qkv buffer `{qkv}` "
+        raise WiringError(f"{_at(prog, o)}: does not read the q rope's qkv buffer `{qkv}` "
                           f"exactly once")
     return rs[0]

@@ -124,6 +124,11 @@ def writes(o: Op) -> list[tuple[str, Ref]]:
             if key in OUTPUT_ARGS + INOUT_ARGS and isinstance(v, Ref)]
 
 
+def op_where(program: str, op: Op) -> str:
+    """Where ``op`` of ``program`` is, for a diagnostic: its captured site, else its label."""
+    return op.site.where(program, op.label) if op.site else f"{program}: {op.label}"
+
+
 def used_buffers(ops: list[Op]) -> set[str]:
     """The names of every buffer the ops pass (states excluded)."""
     return {r.buf for o in ops for r in refs(o) if r.buf}
@@ -138,7 +143,7 @@ def check_dataflow(program: str, ops: list[Op]) -> None:
         for r in reads(o):
             b = r.buf
             if b and b not in written and not is_weight(b):
-                where = o.site.where(program, o.label) if o.site else f"{program}: {o.label}"
-                raise WiringError(f"{where}: reads `{b}`, which no wired kernel wrote before "
+                raise WiringError(f"{op_where(program, o)}: reads `{b}`, which no wired "
+                                  f"kernel wrote before "
                                   f"(its captured producer was dropped or replaced elsewhere)")
         written.update(r.buf for _, r in writes(o) if r.buf)
