@@ -60,7 +60,8 @@ for step in "${STEPS[@]}"; do
   case "$step" in
     kernels)
       timeout 240 python3 -m pytest -m gpu packages/kern-gen/kernels/tests/test_gemv_gpu.py \
-        packages/kern-gen/kernels/tests/test_rope_kv_gpu.py -q \
+        packages/kern-gen/kernels/tests/test_rope_kv_gpu.py \
+        packages/kern-gen/kernels/tests/test_rope_kv_norm_gpu.py -q \
         -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/kernels.log"
       note kernels "${PIPESTATUS[0]}" ;;
     text)

@@ -1,7 +1,8 @@
 """Rope + cache writes in one launch (``kern_gen.llama.fuse_rope``): on the SmolLM2 capture every
-layer's three rope kernels of ``decode`` become one ``rope_kv`` that reads what they read and
-feeds what they fed; Qwen3's (q/k norm inside) stay as captured; each proved fact refuses an
-altered program."""
+layer's three rope kernels of ``decode`` (two of ``verify``) become one ``rope_kv`` that reads
+what they read and feeds what they fed; on the Qwen3 capture the decode ones with the q/k norm
+inside too (with the layer's norm weights), its dynamic ones stay as captured; each proved
+fact refuses an altered program."""
 
 from __future__ import annotations
 
@@ -24,16 +25,21 @@ from kern_gen.llama.programs import PROGRAMS
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _decode(preset: str, tmp: Path):
+def _decode(preset: str, tmp: Path, program: str = "decode"):
     if not (ROOT / PRESETS[preset][0]).is_dir():
         pytest.skip(f"no {preset} capture")
     _, cfg, g = wiring_inputs(preset, tmp)
-    return cfg, fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg))
+    return cfg, fuse_program(M.merge_projections(PROGRAMS[program](g), cfg))
 
 
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory):
     return _decode("llama", tmp_path_factory.mktemp("mined"))
+
+
+@pytest.fixture(scope="module")
+def smol_verify(tmp_path_factory):
+    return _decode("llama", tmp_path_factory.mktemp("mined"), "verify")
 
 
 def _replay(ops: list[Op]) -> dict[str, list[str]]:
@@ -66,10 +72,65 @@ def test_every_smollm2_layer_is_fused_and_reads_what_it_read(smol):
             assert after[o.label] == before[o.label], o.label   # the attention's q included
 
 
-def test_qwen3_rope_with_the_qk_norm_stays_captured(tmp_path):
-    cfg, plain = _decode("qwen3", tmp_path)
+def test_every_smollm2_verify_layer_is_fused_on_the_split_outputs(smol_verify):
+    cfg, plain = smol_verify
+    fused, n = fuse_rope(plain, cfg)
+    assert n == cfg.layers and len(plain.ops) - len(fused.ops) == cfg.layers
+    assert not any(o.label.split(".")[-1] in ("k_rope_cache", "q_rope") for o in fused.ops)
+    before, after = _replay(plain.ops), _replay(fused.ops)
+    for o in fused.ops:
+        if o.kind == "rope_kv":
+            layer = o.label.split(".")[0]
+            qkv = f"{layer}.self_attn.qkv_split"
+            assert "qkv" not in o.args
+            assert after[o.label] == [qkv, qkv, qkv, "rope angles", "<input>"]
+            assert before[f"{layer}.q_rope"][0] == qkv
+            assert (o.args["kc"].state, o.args["vc"].state) == (f"kv.{layer}.k", f"kv.{layer}.v")
+        else:
+            assert after[o.label] == before[o.label], o.label
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    return _decode("qwen3", tmp_path_factory.mktemp("mined"))
+
+
+def test_qwen3_decode_rope_with_the_qk_norm_is_fused_with_its_weights(qwen3):
+    cfg, plain = qwen3
+    fused, n = fuse_rope(plain, cfg)
+    assert n == cfg.layers and len(plain.ops) - len(fused.ops) == 2 * cfg.layers
+    before, after = _replay(plain.ops), _replay(fused.ops)
+    for o in fused.ops:
+        if o.kind != "rope_kv":
+            assert after[o.label] == before[o.label], o.label
+            continue
+        layer = o.label.split(".")[0]
+        i = layer[1:]
+        assert (o.args["q_w"].buf, o.args["k_w"].buf) == (
+            f"model.layers.{i}.self_attn.q_norm.weight",
+            f"model.layers.{i}.self_attn.k_norm.weight")
+        assert after[o.label] == [before[f"{layer}.q_rope"][0], "rope angles", "<input>"]
+
+
+def test_qwen3_dynamic_rope_stays_captured(tmp_path):
+    cfg, plain = _decode("qwen3", tmp_path, "verify")
     fused, n = fuse_rope(plain, cfg)
     assert n == 0 and fused is plain
+
+
+def test_qwen3_facts_refuse_an_altered_program(qwen3):
+    cfg, plain = qwen3
+    p = _ptr(qwen3, "L3.k_rope_cache", lambda d, r: r.buf and "k_norm" in r.buf)
+    _, prog = _altered(qwen3, "L3.k_rope_cache",
+                       ptr=(p, ("in", Ref(buf="model.layers.4.self_attn.k_norm.weight"))))
+    with pytest.raises(WiringError, match=r"reads the weights \['model.layers.4.self_attn.k_norm"
+                                          r".weight'\], not `model.layers.3.self_attn.k_norm"):
+        fuse_rope(prog, cfg)
+    # a norm in the V write (or anything but a copy) is not the kernel's
+    _, prog = _altered(qwen3, "L3.v_cache", name="triton_poi_fused_index_copy_mul_rsqrt_4")
+    with pytest.raises(WiringError, match=r"fuses ATen ops beyond a rotate-half rope and a "
+                                          r"cache copy \(rsqrt\)"):
+        fuse_rope(prog, cfg)
 
 
 def test_aten_ops_of_the_captured_names():
@@ -131,3 +192,34 @@ def test_each_fact_refuses_an_altered_program(smol, case, match):
                              name="triton_poi_fused__to_copy_cos_mean_mul_pow_rsqrt_sin_4")
     with pytest.raises(WiringError, match=match):
         fuse_rope(prog, cfg)
+
+
+def _swap_kv_ptrs(prog, label: str):
+    """``label``'s k and v inputs exchanged with a q buffer: the rope reads another buffer."""
+    o = next(o for o in prog.ops if o.label == label)
+    p = next(p for p, (d, r) in o.ptrs.items() if r.buf and r.buf.endswith("k_proj.out"))
+    q = next(r for d, r in next(x for x in prog.ops if x.label == label.replace(
+        "k_rope_cache", "q_rope")).ptrs.values() if r.buf and r.buf.endswith("q_proj.out"))
+    return p, ("in", q)
+
+
+def test_verify_facts_refuse_an_altered_program(smol_verify):
+    cfg, plain = smol_verify
+    p, v = _swap_kv_ptrs(plain, "L3.k_rope_cache")
+    _, prog = _altered(smol_verify, "L3.k_rope_cache", ptr=(p, v))
+    with pytest.raises(WiringError, match=r"the rope kernels do not read exactly q, k, v of "
+                                          r"`L3.self_attn.qkv_split`"):
+        fuse_rope(prog, cfg)
+    # something between the q/k/v GEMV and the rope kernels overwrites the k part
+    at = next(i for i, o in enumerate(plain.ops) if o.label == "L3.k_rope_cache")
+    split = next(o for o in plain.ops if o.label == "L3.self_attn.qkv_split")
+    clobber = Op("gemm", "L3.clobber", None, args={"a": split.args["a"], "w": split.args["w"],
+                                                  "c": split.args["c1"], "n": 192, "k": 576})
+    with pytest.raises(WiringError, match=rf"L3.clobber: writes `{split.args['c1'].buf}` "
+                                          rf"between `L3.self_attn.qkv_split`"):
+        fuse_rope(replace(plain, ops=[*plain.ops[:at], clobber, *plain.ops[at:]]), cfg)
+    # the q/k/v GEMV's parts in another order (k rows first) is not q | k | v
+    ops = [replace(o, args={**o.args, "n0": 192, "n1": 576}) if o is split else o
+           for o in plain.ops]
+    with pytest.raises(WiringError, match=r"n 192/576/192 from weight row 0; want 576/192/192"):
+        fuse_rope(replace(plain, ops=ops), cfg)

@@ -147,6 +147,24 @@ class Kernels:
           (ptr(qkv), ptr(angles), ptr(slots), ptr(q_out), ptr(kc), ptr(vc), np.int32(tokens),
            np.int32(heads), np.int32(kv_heads), np.int32(head_dim), np.int64(cache_len)))
 
+    def rope_kv_norm(self, qkv, q_w, k_w, angles, slots, q_out, kc, vc, heads, kv_heads,
+                     head_dim, cache_len, eps):
+        f = self.fn("rope_kv_norm.cubin", "kern_rope_kv_norm_bf16")
+        tokens = qkv.shape[0]
+        f((tokens, -(-(heads + 2 * kv_heads) // 8), 1), (256, 1, 1),
+          (ptr(qkv), ptr(q_w), ptr(k_w), ptr(angles), ptr(slots), ptr(q_out), ptr(kc), ptr(vc),
+           np.int32(tokens), np.int32(heads), np.int32(kv_heads), np.int32(head_dim),
+           np.int64(cache_len), np.float32(eps)))
+
+    def rope_kv3(self, q, k, v, angles, slots, q_out, kc, vc, heads, kv_heads, head_dim,
+                 cache_len):
+        f = self.fn("rope_kv.cubin", "kern_rope_kv3_bf16")
+        tokens = q.shape[0]
+        f((tokens, 1, 1), (256, 1, 1),
+          (ptr(q), ptr(k), ptr(v), ptr(angles), ptr(slots), ptr(q_out), ptr(kc), ptr(vc),
+           np.int32(tokens), np.int32(heads), np.int32(kv_heads), np.int32(head_dim),
+           np.int64(cache_len)))
+
     def attn_decode(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc, counters,
                     out, n_q, n_kv, splits, scale, tokens, s_min=None):
         """The one-launch split-KV decode (ABI.md 3a).  k, v: views [slots, n_kv, D] with unit
@@ -328,3 +346,12 @@ def write_sequence(torch, k, v, pages, lk, lv) -> None:
     slots = key_slots(torch, pages, lk.shape[0])
     k[slots] = lk
     v[slots] = lv
+
+
+def rope64(torch, x, ang):
+    """x [T, heads, D] (bf16), ang [D/2, T] (f32) -> float64 rotate-half rope."""
+    x = x.double()
+    a = torch.cat([ang.double().T, ang.double().T], -1)[:, None, :]     # [T, 1, D]
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * torch.cos(a) + rot * torch.sin(a)

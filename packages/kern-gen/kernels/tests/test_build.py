@@ -122,7 +122,7 @@ def test_example_steps_match_cubin_layouts(built):
             if sym in FUSED_GEMV_PARAMS:    # ABI.md 4a / 4b, not in the example
                 assert cub.param_layout(sym) == layout(FUSED_GEMV_PARAMS[sym]), sym
                 continue
-            if sym in ROPE_KV_PARAMS:       # ABI.md 3d, not in the example
+            if sym in ROPE_KV_PARAMS:       # ABI.md 3d/3e, not in the example
                 assert cub.param_layout(sym) == layout(ROPE_KV_PARAMS[sym]), sym
                 continue
             twin = re.sub(r"_d64$", "_d128", sym)
@@ -130,11 +130,18 @@ def test_example_steps_match_cubin_layouts(built):
             assert cub.param_layout(sym) == cub.param_layout(twin), sym
 
 
-# The rope + K/V writes of a layer (ABI.md 3d) exactly as kern-gen emits it (kern_gen.llama.own).
+# The rope + K/V writes of a layer (ABI.md 3d, 3d′, 3e) exactly as kern-gen emits it (kern_gen.llama.own).
 ROPE_KV_PARAMS = {
     "kern_rope_kv_bf16": ["in buffer<bf16>", "in buffer<f32>", "in buffer<i64>",
                           "out buffer<bf16>", "inout ptr", "inout ptr", "i32", "i32", "i32",
                           "i32", "i64"],
+    "kern_rope_kv3_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
+                           "in buffer<f32>", "in buffer<i64>", "out buffer<bf16>", "inout ptr",
+                           "inout ptr", "i32", "i32", "i32", "i32", "i64"],
+    "kern_rope_kv_norm_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
+                               "in buffer<f32>", "in buffer<i64>", "out buffer<bf16>",
+                               "inout ptr", "inout ptr", "i32", "i32", "i32", "i32", "i64",
+                               "f32"],
 }
 
 # The fused GEMVs (ABI.md 4a, 4b) exactly as kern-gen emits them (kern_gen.llama.gemm).

@@ -3,7 +3,8 @@ cache writes of one layer, against a float64 reference of the formula (HF Llama'
 ``apply_rotary_pos_emb`` with ``rotate_half``, angles ``positions · inv_freq``): q and the
 written K rows within one bf16 rounding of it (nearly all equal to its rounding), V rows copied
 bit for bit, every other cache row untouched, negative slots counted from the end, slots out of
-range writing nothing.  Skips cleanly without torch, cupy, a GPU or nvcc."""
+range writing nothing; ``kern_rope_kv3_bf16`` (ABI.md 3d′, q/k/v in three buffers) bit for bit
+equal to it.  Skips cleanly without torch, cupy, a GPU or nvcc."""
 from __future__ import annotations
 
 import sys
@@ -13,22 +14,28 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _own_kernels_gpu import report  # noqa: E402
-
-
-def _rope64(torch, x, ang):
-    """x [T, heads, D] (bf16), ang [D/2, T] (f32) -> float64 rotate-half rope."""
-    x = x.double()
-    a = torch.cat([ang.double().T, ang.double().T], -1)[:, None, :]     # [T, 1, D]
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * torch.cos(a) + rot * torch.sin(a)
+from _own_kernels_gpu import report, rope64 as _rope64  # noqa: E402
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens,heads,kv_heads,d", [(1, 9, 3, 64), (8, 9, 3, 64),
                                                      (1, 32, 8, 128), (5, 32, 8, 128)])
 def test_rope_kv_matches_the_formula(env, tokens, heads, kv_heads, d):
+    _check_formula(env, tokens, heads, kv_heads, d, three_buffers=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,heads,kv_heads,d", [(1, 9, 3, 64), (8, 9, 3, 64),
+                                                     (16, 9, 3, 64), (5, 32, 8, 128)])
+def test_rope_kv3_matches_the_formula_and_rope_kv(env, tokens, heads, kv_heads, d):
+    got3 = _check_formula(env, tokens, heads, kv_heads, d, three_buffers=True)
+    got1 = _check_formula(env, tokens, heads, kv_heads, d, three_buffers=False)
+    for a, b in zip(got3, got1):
+        assert env[0].equal(a, b)
+
+
+def _check_formula(env, tokens, heads, kv_heads, d, three_buffers):
+    """Run one variant on seeded inputs, check it against the formula; (q_out, kc, vc)."""
     torch, _, k = env
     dev, L = "cuda", 64
     g = torch.Generator(device=dev).manual_seed(tokens * 131 + heads + d)
@@ -43,9 +50,13 @@ def test_rope_kv_matches_the_formula(env, tokens, heads, kv_heads, d):
     q_out = torch.full((tokens, heads * d), float("nan"), dtype=torch.bfloat16, device=dev)
     kc = torch.full((L, kv_heads, d), 7.0, dtype=torch.bfloat16, device=dev)
     vc = kc.clone()
-    k.rope_kv(qkv, ang, slots, q_out, kc, vc, heads, kv_heads, d, L)
-    torch.cuda.synchronize()
     q, kk, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=1)
+    if three_buffers:
+        k.rope_kv3(q.contiguous(), kk.contiguous(), v.contiguous(), ang, slots, q_out, kc, vc,
+                   heads, kv_heads, d, L)
+    else:
+        k.rope_kv(qkv, ang, slots, q_out, kc, vc, heads, kv_heads, d, L)
+    torch.cuda.synchronize()
     rows = torch.where(slots < 0, slots + L, slots)
     cases = [("q", q_out.view(tokens, heads, d), _rope64(torch, q.view(tokens, heads, d), ang)),
              ("k", kc[rows], _rope64(torch, kk.view(tokens, kv_heads, d), ang))]
@@ -54,8 +65,8 @@ def test_rope_kv_matches_the_formula(env, tokens, heads, kv_heads, d):
         ulp = torch.ldexp(torch.ones_like(ref), torch.frexp(ref)[1] - 8)   # bf16 ulp at |ref|
         rounded = ref.to(torch.bfloat16)
         same = (got == rounded).double().mean().item()
-        report(f"rope_kv {name} T={tokens} H={heads} KV={kv_heads} D={d}: max err "
-               f"{(err / ulp).max().item():.3f} ulp, equal to the rounded reference {same:.4%}")
+        report(f"rope_kv{'3' if three_buffers else ''} {name} T={tokens} H={heads} "
+               f"KV={kv_heads} D={d}: max err {(err / ulp).max().item():.3f} ulp, equal to the rounded reference {same:.4%}")
         assert not torch.isnan(got.float()).any()
         assert (err <= ulp).all(), f"{name}: more than one bf16 ulp off"
         assert same > 0.99
@@ -63,6 +74,7 @@ def test_rope_kv_matches_the_formula(env, tokens, heads, kv_heads, d):
     untouched = torch.ones(L, dtype=torch.bool, device=dev)
     untouched[rows] = False
     assert (kc[untouched] == 7.0).all() and (vc[untouched] == 7.0).all()
+    return q_out, kc, vc
 
 
 @pytest.mark.gpu

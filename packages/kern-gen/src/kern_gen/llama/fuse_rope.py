@@ -1,5 +1,5 @@
-"""Rope + cache writes in one launch: the few-row programs' three captured rope kernels of a
-layer become one own ``kern_rope_kv_bf16`` (``kernels/rope_kv.cu``, ABI.md 3d).
+"""Rope + cache writes in one launch: the few-row programs' captured rope kernels of a layer
+become one own launch (``kernels/rope_kv.cu``, ABI.md 3d / 3d′).
 
 Why: a decode step is bound by launches (issue 16).  In the Llama decode graph Inductor
 leaves three small kernels per layer between the qkv GEMM and the attention: k rope + K-cache
@@ -19,6 +19,16 @@ The fusion is made only where it is proved on the IR and the captured kernels' n
 - each captured kernel's ATen ops (Inductor names a fused kernel after them) are only the
   rotate-half rope's and the cache copy's: a norm, a scaling or any other op refuses.
 
+The dynamic programs (``verify``, from the prefill graph) have two rope kernels per layer
+instead (k rope + K and V writes in one, q rope) reading q, k, v from three buffers, the
+outputs of the fused q/k/v GEMV (:mod:`.fuse`'s ``gemm_split``).  They become one
+``kern_rope_kv3_bf16`` when, besides the ATen ops and the angles above: the two are adjacent;
+the k kernel reads ``slots``, two bf16 buffers and the q rope's angles and writes the layer's
+K and V states; the q rope reads one bf16 buffer; and those three buffers are exactly the
+``c0``/``c1``/``c2`` (q, k, v: ``n`` = ``H·D``, ``KV·D``, ``KV·D`` over the merged weight from
+row 0) of the last ``gemm_split`` before them, which nothing in between writes.  Which of the
+k kernel's two inputs is k follows from that GEMM (its rows ``H·D …`` are ``k_proj``'s).
+
 A layer whose q rope carries more (Qwen3's q/k RMSNorm: a weight, ``mean``, ``rsqrt``) is left
 as captured; :func:`fuse_rope` reports how many layers it fused.  Which index the writes
 use is asserted for the captured writers themselves (:mod:`.writers`); the own kernel
@@ -31,7 +41,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import WiringError
-from .ir import SLOTS, Op, Program, Ref, check_dataflow, op_where, used_buffers, writes
+from .ir import (SLOTS, Op, Program, Ref, check_dataflow, is_weight, op_where, used_buffers,
+                 writes)
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -42,13 +53,19 @@ ROPE_OPS = frozenset({"to_copy", "unsafe_view", "add", "bmm", "cat", "cos", "sin
                       "neg", "slice", "transpose", "unsqueeze", "view", "index_copy", "expand",
                       "clone"})
 PARTS = ("k_rope_cache", "v_cache", "q_rope")
+PARTS_SPLIT = ("k_rope_cache", "q_rope")
+#: the ATen ops Qwen3's per-head q/k RMSNorm adds to its rope kernels (``mean``, ``pow``,
+#: ``rsqrt``; its weight multiply is ``mul``)
+NORM_OPS = frozenset({"mean", "pow", "rsqrt"})
 
 
 def aten_ops(kernel: str) -> set[str]:
     """The ATen op names in an Inductor kernel name ``triton_<kind>_fused_<op>_<op>…_<n>``
-    (``_to_copy`` is ``to_copy``; the trailing index dropped); empty for other names."""
-    head = "triton_poi_fused_"
-    if not kernel.startswith(head):
+    (kind ``poi``, ``per`` or ``red``; ``_to_copy`` is ``to_copy``; the trailing index
+    dropped); empty for other names."""
+    head = next((h for h in (f"triton_{k}_fused_" for k in ("poi", "per", "red"))
+                 if kernel.startswith(h)), None)
+    if head is None:
         return set()
     words = kernel[len(head):].rstrip("0123456789").strip("_").split("_")
     ops, i = set(), 0
@@ -69,13 +86,15 @@ def fuse_rope(prog: Program, cfg: ModelConfig) -> tuple[Program, int]:
     ops, out, fused, j = list(prog.ops), [], 0, 0
     while j < len(ops):
         group = _group(ops, j)
-        if group is None:
+        split = None if group else _group_split(ops, j)
+        if group is None and split is None:
             out.append(ops[j])
             j += 1
             continue
-        out.append(_fused(prog, ops, j, group, cfg))
+        out.append(_fused(prog, ops, j, group, cfg) if group
+                   else _fused_split(prog, ops, j, split, cfg))
         fused += 1
-        j += 3
+        j += 3 if group else 2
     if not fused:
         return prog, 0
     check_dataflow(prog.name, out)
@@ -93,7 +112,22 @@ def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
     layers = {o.label.partition(".")[0] for o in window}
     if set(parts) != set(PARTS) or len(layers) != 1:
         return None
-    if len(parts["q_rope"].ptrs) != 3:      # Qwen3: the q norm's weight (and variance)
+    # Llama: q, angles, out; Qwen3 (:data:`NORM_OPS`): and the q norm's weight
+    shape = tuple(len(parts[p].ptrs) for p in PARTS)
+    return parts if shape in ((4, 3, 3), (5, 3, 4)) else None
+
+
+def _group_split(ops: list[Op], j: int) -> dict[str, Op] | None:
+    """The two adjacent rope ops of a dynamic program's layer at ``j`` (k rope + K/V writes,
+    q rope; any order), if the q rope has the Llama shape (three pointers); else None."""
+    window = ops[j:j + 2]
+    if len(window) < 2 or any(o.kind != "mined" for o in window):
+        return None
+    parts = {o.label.partition(".")[2]: o for o in window}
+    layers = {o.label.partition(".")[0] for o in window}
+    if set(parts) != set(PARTS_SPLIT) or len(layers) != 1:
+        return None
+    if len(parts["q_rope"].ptrs) != 3 or len(parts["k_rope_cache"].ptrs) != 6:
         return None
     return parts
 
@@ -105,24 +139,19 @@ def _at(prog: Program, op: Op) -> str:
 def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelConfig) -> Op:
     H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     k, v, q = g["k_rope_cache"], g["v_cache"], g["q_rope"]
-    for o in (k, v, q):
-        name = o.site.name if o.site else "?"
-        found = aten_ops(name)
-        if not found or found - ROPE_OPS:
-            raise WiringError(f"{_at(prog, o)}: kernel `{name}` "
-                              f"fuses ATen ops beyond a rotate-half rope and a cache copy "
-                              f"({', '.join(sorted(found - ROPE_OPS)) or 'no Inductor name'}); "
-                              f"not fused into kern_rope_kv_bf16 (`--no-fuse` keeps the "
-                              f"captured kernels)")
+    norm = len(q.ptrs) == 4
+    _only_rope_ops(prog, (k, q), NORM_OPS if norm else frozenset())
+    _only_rope_ops(prog, (v,))
     layer = q.label.partition(".")[0]
-    kin = _sig(prog, k, {"in": 3, "inout": 1})
+    kin = _sig(prog, k, {"in": 3 + norm, "inout": 1})
     vin = _sig(prog, v, {"in": 2, "inout": 1})
-    qin = _sig(prog, q, {"in": 2, "out": 1})
+    qin = _sig(prog, q, {"in": 2 + norm, "out": 1})
     for o, sig in ((k, kin), (v, vin)):
         if SLOTS not in sig["in"]:
             raise WiringError(f"{_at(prog, o)}: the cache write does not read `slots`")
+    weights = _norm_weights(prog, layer, q, qin, k, kin) if norm else {}
     qkv_q = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
-    ang = [r for r in qin["in"] if r not in qkv_q]
+    ang = [r for r in qin["in"] if r not in qkv_q and not is_weight(r.buf)]
     if len(qkv_q) != 1 or len(ang) != 1:
         raise WiringError(f"{_at(prog, q)}: expected one bf16 q input and one f32 angle "
                           f"input, found {qin['in']}")
@@ -137,21 +166,108 @@ def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelCon
     if prog.bufs[qkv].width != (H + 2 * KV) * D:
         raise WiringError(f"{_at(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
                           f"merged qkv's {(H + 2 * KV) * D}")
-    if ang[0] not in kin["in"]:
+    _angles(prog, ops, j, k, kin, q, ang[0])
+    kst, vst = kin["inout"][0], vin["inout"][0]
+    _states(prog, k, layer, kst, vst)
+    return Op("rope_kv", f"{layer}.rope_kv", q.site,
+              args={"qkv": Ref(buf=qkv), **weights, "angles": ang[0], "slots": SLOTS,
+                    "out": qin["out"][0], "kc": kst, "vc": vst})
+
+
+def _norm_weights(prog: Program, layer: str, q: Op, qin: dict[str, list[Ref]], k: Op,
+                  kin: dict[str, list[Ref]]) -> dict[str, Ref]:
+    """Qwen3: q rope reads the layer's ``q_norm`` weight and k rope its ``k_norm`` weight,
+    each once and whole (the wiring asserted them against the sidecar and the epsilon
+    literal in both cubins, :mod:`.roles`)."""
+    out = {}
+    for key, o, sig, name in (("q_w", q, qin, "q_norm"), ("k_w", k, kin, "k_norm")):
+        want = f"model.layers.{layer[1:]}.self_attn.{name}.weight"
+        ws = [r for r in sig["in"] if is_weight(r.buf)]
+        if ws != [Ref(buf=want)]:
+            raise WiringError(f"{_at(prog, o)}: reads the weights {[r.buf for r in ws]}, not "
+                              f"`{want}` alone (the layer's per-head RMSNorm)")
+        out[key] = ws[0]
+    return out
+
+
+def _fused_split(prog: Program, ops: list[Op], j: int, g: dict[str, Op],
+                 cfg: ModelConfig) -> Op:
+    """The dynamic programs' pair (k rope + K/V writes, q rope) as one ``rope_kv`` on the
+    q/k/v GEMV's three outputs (module docstring)."""
+    H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
+    k, q = g["k_rope_cache"], g["q_rope"]
+    _only_rope_ops(prog, (k, q))
+    layer = q.label.partition(".")[0]
+    kin = _sig(prog, k, {"in": 4, "inout": 2})
+    qin = _sig(prog, q, {"in": 2, "out": 1})
+    if SLOTS not in kin["in"]:
+        raise WiringError(f"{_at(prog, k)}: the cache write does not read `slots`")
+    bf16 = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
+    ang = [r for r in qin["in"] if r not in bf16]
+    if len(bf16) != 1 or len(ang) != 1:
+        raise WiringError(f"{_at(prog, q)}: expected one bf16 q input and one f32 angle "
+                          f"input, found {qin['in']}")
+    _angles(prog, ops, j, k, kin, q, ang[0])
+    split = next((t for t in range(j - 1, -1, -1) if ops[t].kind == "gemm_split"), None)
+    if split is None:
+        raise WiringError(f"{_at(prog, q)}: no fused q/k/v GEMV (`gemm_split`) before the "
+                          f"rope kernels")
+    a = ops[split].args
+    q_in, k_in, v_in = a["c0"], a["c1"], a["c2"]
+    if ((a["n0"], a["n1"], a["n2"]) != (H * D, KV * D, KV * D) or a["w"].offset
+            or bf16[0] != q_in or {k_in, v_in} != {r for r in kin["in"] if r not in
+                                                    (SLOTS, ang[0])}):
+        raise WiringError(f"{_at(prog, q)}: the rope kernels do not read exactly q, k, v of "
+                          f"`{ops[split].label}` (n {a['n0']}/{a['n1']}/{a['n2']} from weight "
+                          f"row {a['w'].offset // (2 * a['k'])}; want {H * D}/{KV * D}/{KV * D} "
+                          f"from row 0)")
+    for o in ops[split + 1:j]:
+        hit = {r.buf for _, r in writes(o)} & {q_in.buf, k_in.buf, v_in.buf}
+        if hit:
+            raise WiringError(f"{_at(prog, o)}: writes `{sorted(hit)[0]}` between "
+                              f"`{ops[split].label}` and the rope kernels")
+    kst, vst = kin["inout"]
+    _states(prog, k, layer, kst, vst)
+    return Op("rope_kv", f"{layer}.rope_kv", q.site,
+              args={"q": q_in, "k": k_in, "v": v_in, "angles": ang[0], "slots": SLOTS,
+                    "out": qin["out"][0], "kc": kst, "vc": vst})
+
+
+def _only_rope_ops(prog: Program, kernels: tuple[Op, ...],
+                   more: frozenset[str] = frozenset()) -> None:
+    """Each kernel's Inductor name lists only :data:`ROPE_OPS` (and ``more``)."""
+    for o in kernels:
+        name = o.site.name if o.site else "?"
+        found = aten_ops(name)
+        extra = found - ROPE_OPS - more
+        if not found or extra:
+            raise WiringError(f"{_at(prog, o)}: kernel `{name}` "
+                              f"fuses ATen ops beyond a rotate-half rope and a cache copy "
+                              f"({', '.join(sorted(extra)) or 'no Inductor name'}); "
+                              f"not fused into kern_rope_kv_bf16 (`--no-fuse` keeps the "
+                              f"captured kernels)")
+
+
+def _angles(prog: Program, ops: list[Op], j: int, k: Op, kin: dict[str, list[Ref]], q: Op,
+            ang: Ref) -> None:
+    """k rope reads q rope's angles, and they come from the own angle kernel."""
+    if ang not in kin["in"]:
         raise WiringError(f"{_at(prog, k)}: k rope reads other angles than q rope "
-                          f"(`{ang[0].buf}`)")
-    producer = next((o for o in reversed(ops[:j]) if ang[0].buf in
+                          f"(`{ang.buf}`)")
+    producer = next((o for o in reversed(ops[:j]) if ang.buf in
                      [r.buf for _, r in writes(o)]), None)
     if producer is None or producer.kind != "angles":
-        raise WiringError(f"{_at(prog, q)}: the angles `{ang[0].buf}` do not come from the "
+        raise WiringError(f"{_at(prog, q)}: the angles `{ang.buf}` do not come from the "
                           f"own angle kernel ([D/2, tokens] f32)")
-    kst, vst = kin["inout"][0], vin["inout"][0]
-    if (kst.state, vst.state) != (f"kv.{layer}.k", f"kv.{layer}.v") or kst.offset or vst.offset:
+
+
+def _states(prog: Program, k: Op, layer: str, kst: Ref, vst: Ref) -> None:
+    """The writes go to one layer's K and V states: the target's ``kv.<layer>.k`` / ``.v`` or
+    a DSpark draft's ``draft.kv.<layer>.k`` / ``.v`` (its own KV, docs/dspark.md)."""
+    want = [(f"{pre}kv.{layer}.k", f"{pre}kv.{layer}.v") for pre in ("", "draft.")]
+    if (kst.state, vst.state) not in want or kst.offset or vst.offset:
         raise WiringError(f"{_at(prog, k)}: writes `{kst.state}` / `{vst.state}`, not the "
                           f"layer's K/V states kv.{layer}.k / kv.{layer}.v")
-    return Op("rope_kv", f"{layer}.rope_kv", q.site,
-              args={"qkv": Ref(buf=qkv), "angles": ang[0], "slots": SLOTS,
-                    "out": qin["out"][0], "kc": kst, "vc": vst})
 
 
 def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:

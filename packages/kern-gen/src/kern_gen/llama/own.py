@@ -57,25 +57,43 @@ def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, An
                      t]}
 
 
+ROPE_KV = {   # variant -> (cubin, symbol, bf16 inputs, the captured kernels it replaces)
+    "qkv": ("rope_kv.cubin", "kern_rope_kv_bf16", ("qkv",),
+            "k rope + K write, V write and q rope (three kernels)"),
+    "split": ("rope_kv.cubin", "kern_rope_kv3_bf16", ("q", "k", "v"),
+              "k rope + K/V writes and q rope (two kernels)"),
+    "norm": ("rope_kv_norm.cubin", "kern_rope_kv_norm_bf16", ("qkv", "q_w", "k_w"),
+             "q norm + rope, k norm + rope + K write and V write (three kernels)"),
+}
+"""The rope + K/V kernels of :mod:`.fuse_rope` (ABI.md 3d, 3d′, 3e), by the op's arguments."""
+
+
 def rope_kv(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """One layer's q/k rope and K/V cache writes (:mod:`.fuse_rope`, ABI.md 3d)."""
+    """One layer's q/k rope and K/V cache writes (:mod:`.fuse_rope`): from the merged qkv rows,
+    from q, k, v in three buffers, or (Qwen3) with the per-head q/k RMSNorm first."""
     cfg, a = asm.cfg, op.args
-    p = ["in buffer<bf16>", "in buffer<f32>", "in buffer<i64>", "out buffer<bf16>",
-         "inout ptr", "inout ptr", "i32"]
-    step = asm.own_step("rope_kv.cubin", "kern_rope_kv_bf16",
-                        params=[*p, "i32", "i32", "i32", "i64"], block=[256, 1, 1],
-                        grid=[rows, 1, 1],
-                        args=[*({"arg": i} for i in range(7)), {"i32": cfg.heads},
-                              {"i32": cfg.kv_heads}, {"i32": cfg.head_dim},
-                              {"i64": asm.kv.max_len}])
+    variant = "norm" if "q_w" in a else "qkv" if "qkv" in a else "split"
+    cubin, symbol, ins, replaced = ROPE_KV[variant]
+    p = [*(["in buffer<bf16>"] * len(ins)), "in buffer<f32>", "in buffer<i64>",
+         "out buffer<bf16>", "inout ptr", "inout ptr", "i32"]
+    lits = [{"i32": cfg.heads}, {"i32": cfg.kv_heads}, {"i32": cfg.head_dim},
+            {"i64": asm.kv.max_len}]
+    grid: list[Any] = [rows, 1, 1]
+    if variant == "norm":       # one warp per head, 8 a block
+        lits.append({"f32": cfg.eps})
+        grid[1] = -(-(cfg.heads + 2 * cfg.kv_heads) // 8)
+    step = asm.own_step(cubin, symbol, params=[*p, "i32", "i32", "i32", "i64",
+                                               *(["f32"] if variant == "norm" else [])],
+                        block=[256, 1, 1], grid=grid,
+                        args=[*({"arg": i} for i in range(len(p))), *lits])
     name = asm.kernel(f"{program}.rope_kv", {"params": p, "impl": {"steps": [step]}},
-                      "own `kern_rope_kv_bf16` (replaces the captured k rope + K write, V write "
-                      "and q rope of a layer: one launch instead of three, kern_gen/llama/"
-                      "fuse_rope.py)")
+                      f"own `{symbol}` (replaces the captured {replaced} of a layer by "
+                      f"one launch, kern_gen/llama/fuse_rope.py)")
     t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
     return {"label": op.label, "kernel": name,
-            "args": [asm.arg(a["qkv"]), asm.arg(a["angles"]), asm.arg(a["slots"]),
-                     asm.arg(a["out"]), asm.arg(a["kc"]), asm.arg(a["vc"]), t]}
+            "args": [*(asm.arg(a[x]) for x in ins), asm.arg(a["angles"]),
+                     asm.arg(a["slots"]), asm.arg(a["out"]), asm.arg(a["kc"]),
+                     asm.arg(a["vc"]), t]}
 
 
 def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:

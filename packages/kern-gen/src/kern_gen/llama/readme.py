@@ -54,9 +54,12 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
     if rope:
         w(f"- **Rope + cache writes in one launch** (`--fuse`, the default with gemv; `--no-fuse` "
           f"keeps the captured kernels): in {', '.join(f'`{k}`' for k in rope)} each layer's "
-          f"three captured kernels k rope + K write, V write and q rope are one "
-          f"`kern_rope_kv_bf16` launch (ABI.md 3d, `kern_gen/llama/fuse_rope.py`, which "
-          f"proves the pattern; a rope with the q/k norm inside, Qwen3's, stays captured).\n")
+          f"captured rope kernels (one-token graph: k rope + K write, V write, q rope; dynamic "
+          f"graph: k rope + K/V writes, q rope) are one `kern_rope_kv_bf16` / "
+          f"`kern_rope_kv3_bf16` launch, Qwen3's one-token kernels with the per-head q/k "
+          f"RMSNorm inside one `kern_rope_kv_norm_bf16` (ABI.md 3d/3d′/3e, "
+          f"`kern_gen/llama/fuse_rope.py`, which proves the pattern; Qwen3's dynamic graph, "
+          f"with the norm's variance in kernels of its own, stays captured).\n")
     return L
 
 

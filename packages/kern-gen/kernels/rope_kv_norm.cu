@@ -1,0 +1,99 @@
+// kern own kernel: one Qwen3 layer's per-head q/k RMSNorm, rotary embedding of q and k and its
+// K/V cache writes, from the merged qkv rows, in one launch.  See ABI.md 3e.
+//
+// Why an own kernel: a decode step is bound by launches (issue 16).  Qwen3's one-token graph
+// spends three Inductor kernels per layer on this (q norm + rope, k norm + rope + K write,
+// V write); kern-gen replaces them by this one where it proves the three are exactly that
+// (kern_gen/llama/fuse_rope.py).  The arithmetic is the captured kernels' (their Triton
+// source is in the capture's inductor log): all in f32, no rounding before the store,
+//   r    = rsqrt(sum_d x[d]^2 / D + eps)           per (token, head)
+//   n[d] = w[d] * (x[d] * r)                       w: q_norm / k_norm weight, bf16
+//   out  = fma(n[d], cos a, rot[d] * sin a)        rot[d] = -n[d + D/2] (d < D/2), n[d - D/2]
+// with a = ang[(d mod D/2)·tokens + t], rounded once to bf16.
+//
+//   qkv    bf16 [tokens, (H + 2·KV)·D]  q | k | v of each row
+//   q_w    bf16 [D], k_w bf16 [D]       the layer's q_norm / k_norm weights
+//   ang    f32  [D/2, tokens]           kern_rope_angles_f32's layout
+//   slots  i64  [tokens]                cache row of each token; negative counts from cache_len
+//   q_out  bf16 [tokens, H·D]           normed, rotated q
+//   kc, vc bf16 [cache rows, KV, D]     row slots[t]: normed rotated k, v as is
+//
+// One warp per head of the row's H + 2·KV heads (q heads, then k, then v), 8 warps a block:
+// grid (tokens, ceil((H + 2·KV) / 8), 1), block (256, 1, 1).  D must be 64 or 128.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define KERN_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define KERN_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+
+constexpr int kMaxPerLane = 4;   // D / 32 elements a lane: D <= 128
+
+extern "C" __global__ void __launch_bounds__(256)
+kern_rope_kv_norm_bf16(const __nv_bfloat16* __restrict__ qkv,
+                       const __nv_bfloat16* __restrict__ q_w,
+                       const __nv_bfloat16* __restrict__ k_w,
+                       const float* __restrict__ ang,
+                       const int64_t* __restrict__ slots,
+                       __nv_bfloat16* __restrict__ q_out,
+                       __nv_bfloat16* __restrict__ kc,
+                       __nv_bfloat16* __restrict__ vc,
+                       int tokens,
+                       int heads,
+                       int kv_heads,
+                       int head_dim,
+                       long long cache_len,
+                       float eps)
+{
+    const int t = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int nq = heads * head_dim, nk = kv_heads * head_dim;
+    const int half = head_dim >> 1, per = head_dim >> 5;
+    KERN_GRID_WAIT();
+    KERN_LAUNCH_DEPENDENTS();
+    if (head >= heads + 2 * kv_heads || (head_dim != 64 && head_dim != 128))
+        return;
+    int64_t slot = slots[t];
+    if (slot < 0)
+        slot += cache_len;
+    const bool store = slot >= 0 && slot < cache_len;   // the captured writers assert this
+    const __nv_bfloat16* x = qkv + (int64_t)t * (nq + 2 * nk) + head * head_dim;
+    if (head >= heads + kv_heads) {                      // a V head: copied as is
+        if (store)
+            for (int d = lane; d < head_dim; d += 32)
+                vc[slot * nk + (head - heads - kv_heads) * head_dim + d] = x[d];
+        return;
+    }
+    const bool is_q = head < heads;
+    const __nv_bfloat16* w = is_q ? q_w : k_w;
+    // Lane l holds d = l + 32·i: the element and its rotate-half partner d ± D/2 are both in
+    // the same lane when D/2 is a multiple of 32, i.e. at i ± per/2.
+    float v[kMaxPerLane], ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+        v[i] = i < per ? __bfloat162float(x[lane + 32 * i]) : 0.0f;
+        ss = __fadd_rn(ss, __fmul_rn(v[i], v[i]));   // squares rounded, then summed
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)head_dim + eps);
+    float n[kMaxPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i)
+        n[i] = i < per ? __bfloat162float(w[lane + 32 * i]) * (v[i] * r) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+        if (i >= per)
+            break;
+        const int d = lane + 32 * i;
+        const int ip = d < half ? i + per / 2 : i - per / 2;
+        const float rot = d < half ? -n[ip] : n[ip];
+        const float a = ang[(int64_t)(d % half) * tokens + t];
+        const __nv_bfloat16 o = __float2bfloat16_rn(fmaf(n[i], cosf(a), rot * sinf(a)));
+        if (is_q)
+            q_out[(int64_t)t * nq + head * head_dim + d] = o;
+        else if (store)
+            kc[slot * nk + (head - heads) * head_dim + d] = o;
+    }
+}
