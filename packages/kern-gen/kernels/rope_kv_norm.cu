@@ -6,7 +6,7 @@
 // V write); kern-gen replaces them by this one where it proves the three are exactly that
 // (kern_gen/llama/fuse_rope.py).  The arithmetic is the captured kernels' (their Triton
 // source is in the capture's inductor log): all in f32, no rounding before the store,
-//   r    = rsqrt(sum_d x[d]^2 / D + eps)           per (token, head)
+//   r    = rsqrt(sum_d x[d]^2 / D + eps)           per (token, head); MUFU.RSQ, as captured
 //   n[d] = w[d] * (x[d] * r)                       w: q_norm / k_norm weight, bf16
 //   out  = fma(n[d], cos a, rot[d] * sin a)        rot[d] = -n[d + D/2] (d < D/2), n[d - D/2]
 // with a = ang[(d mod D/2)·tokens + t], rounded once to bf16.
@@ -72,12 +72,12 @@ kern_rope_kv_norm_bf16(const __nv_bfloat16* __restrict__ qkv,
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
         v[i] = i < per ? __bfloat162float(x[lane + 32 * i]) : 0.0f;
-        ss = __fadd_rn(ss, __fmul_rn(v[i], v[i]));   // squares rounded, then summed
+        ss = fmaf(v[i], v[i], ss);   // the captured SASS: FFMA per thread, then an FADD tree
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = rsqrtf(ss / (float)head_dim + eps);
+    const float r = rsqrtf(ss / (float)head_dim + eps);   // D a power of 2: ss / D is exact
     float n[kMaxPerLane];
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i)
