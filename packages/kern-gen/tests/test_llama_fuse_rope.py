@@ -1,8 +1,8 @@
-"""Rope + cache writes in one launch (``kern_gen.llama.fuse_rope``): on the SmolLM2 capture every
-layer's three rope kernels of ``decode`` (two of ``verify``) become one ``rope_kv`` that reads
-what they read and feeds what they fed; on the Qwen3 capture the decode ones with the q/k norm
-inside too (with the layer's norm weights), its dynamic ones stay as captured; each proved
-fact refuses an altered program."""
+"""Rope + cache writes in one launch (``kern_gen.llama.fuse_rope``, ``fuse_rope_qk_norm``): on the
+SmolLM2 capture every layer's three rope kernels of ``decode`` (two of ``verify``) become one
+``rope_kv`` that reads what they read and feeds what they fed; on the Qwen3 capture the decode
+ones with the q/k norm inside too (with the layer's norm weights), and verify's six; each
+proved fact refuses an altered program."""
 
 from __future__ import annotations
 
@@ -112,10 +112,60 @@ def test_qwen3_decode_rope_with_the_qk_norm_is_fused_with_its_weights(qwen3):
         assert after[o.label] == [before[f"{layer}.q_rope"][0], "rope angles", "<input>"]
 
 
-def test_qwen3_dynamic_rope_stays_captured(tmp_path):
-    cfg, plain = _decode("qwen3", tmp_path, "verify")
+@pytest.fixture(scope="module")
+def qwen3_verify(tmp_path_factory):
+    return _decode("qwen3", tmp_path_factory.mktemp("mined"), "verify")
+
+
+def test_qwen3_verify_six_kernels_a_layer_become_one(qwen3_verify):
+    cfg, plain = qwen3_verify
     fused, n = fuse_rope(plain, cfg)
-    assert n == 0 and fused is plain
+    assert n == cfg.layers and len(plain.ops) - len(fused.ops) == 5 * cfg.layers
+    gone = ("q_var", "k_var", "q_rope_sin", "k_rope_sin", "k_rope_cache", "q_rope")
+    assert not any(o.label.split(".")[-1] in gone for o in fused.ops)
+    before, after = _replay(plain.ops), _replay(fused.ops)
+    for o in fused.ops:
+        if o.kind != "rope_kv":
+            assert after[o.label] == before[o.label], o.label   # the attention reads roped q
+            continue
+        layer = o.label.split(".")[0]
+        qkv = f"{layer}.self_attn.qkv_split"
+        assert after[o.label] == [qkv, qkv, qkv, "rope angles", "<input>"]
+        assert o.args["out"] == o.args["q"]                  # in place, as the q cos half
+        assert o.args["q_w"].buf == f"model.layers.{layer[1:]}.self_attn.q_norm.weight"
+
+
+def _qwen3_verify_altered(prog, label: str, fn):
+    return replace(prog, ops=[fn(copy.copy(o)) if o.label == label else o for o in prog.ops])
+
+
+def test_qwen3_verify_facts_refuse_an_altered_program(qwen3_verify):
+    cfg, plain = qwen3_verify
+
+    def out_of(label):
+        return next(r for d, r in next(o for o in plain.ops if o.label == label).ptrs.values()
+                    if d == "out")
+    qv, kv = out_of("L3.q_var"), out_of("L3.k_var")
+
+    def other_var(o):        # the q cos half reads the k variance
+        o.ptrs = {p: (d, kv if r == qv else r) for p, (d, r) in o.ptrs.items()}
+        return o
+    with pytest.raises(WiringError, match=r"L3.q_rope.*reads .*not .*the q/k norm \+ rope chain"):
+        fuse_rope(_qwen3_verify_altered(plain, "L3.q_rope", other_var), cfg)
+    # a later op reads a temporary the fusion no longer computes
+    at = next(i for i, o in enumerate(plain.ops) if o.label == "L3.attn")
+    var = qv
+    spy = Op("gemm", "L3.spy", None, args={"a": var, "w": Ref(buf="model.x.weight"),
+                                          "c": Ref(buf="verify.spy"), "n": 16, "k": 32})
+    with pytest.raises(WiringError, match=rf"L3.spy: reads `{var.buf}`, a temporary"):
+        fuse_rope(replace(plain, ops=[*plain.ops[:at], spy, *plain.ops[at:]]), cfg)
+    # a norm weight of another layer
+    def other_weight(o):
+        o.ptrs = {p: (d, Ref(buf="model.layers.4.self_attn.k_norm.weight") if r.buf and
+                      "k_norm" in r.buf else r) for p, (d, r) in o.ptrs.items()}
+        return o
+    with pytest.raises(WiringError, match=r"L3.k_rope_sin.*reads .*model.layers.4"):
+        fuse_rope(_qwen3_verify_altered(plain, "L3.k_rope_sin", other_weight), cfg)
 
 
 def test_qwen3_facts_refuse_an_altered_program(qwen3):

@@ -143,14 +143,13 @@ def _kernels_of(doc: dict, prog: str) -> list[str]:
 def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_cubin):
     plain, fused = _doc(variants[name]["gemv"]), _doc(variants[name]["fused"])
     n_layers = LAYERS[name]
-    # fuse_rope: every layer's rope in decode, in verify Llama's only (Qwen3's dynamic rope,
-    # its norm variance in kernels of its own, stays)
-    rope = {"decode": n_layers, "verify": n_layers if name == "llama" else 0}
-    for prog, saved in (("decode", n_layers + 2 * rope["decode"]),
-                        ("verify", 4 * n_layers + rope["verify"])):
+    # fuse_rope: every layer's rope kernels become one launch: decode 3 -> 1, verify 2 -> 1
+    # (Llama) or 6 -> 1 (Qwen3: the q/k norm's variance and sin halves in kernels of their own)
+    in_verify = 1 if name == "llama" else 5
+    for prog, saved in (("decode", 3 * n_layers), ("verify", (4 + in_verify) * n_layers)):
         a, b = _kernels_of(plain, prog), _kernels_of(fused, prog)
         assert len(a) - len(b) == saved, prog
-        assert sum(k == f"{prog}.rope_kv" for k in b) == rope[prog]
+        assert sum(k == f"{prog}.rope_kv" for k in b) == n_layers
         assert sum(".silu_mul." in k for k in a) == n_layers
         assert not any(".silu_mul." in k for k in b)
         assert sum(k.startswith(f"{prog}.gemm_silu.") for k in b) == n_layers

@@ -252,10 +252,12 @@ def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     assert part["args"][-1] == {"i32": m["buffers"]["block_table"]["shape"][1]}
 
 
-FUSED_VERIFY = ("verify.gemm_silu.", "verify.gemm_split.")
+FUSED_VERIFY = ("verify.gemm_silu.", "verify.gemm_split.", "verify.rope_kv")
 FUSABLE = (".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj",
-           ".mlp.up_proj", ".silu_mul")
-"""Labels of the ops the few-row programs' fused GEMVs replace."""
+           ".mlp.up_proj", ".silu_mul", ".k_rope_cache", ".q_rope", ".q_var", ".k_var",
+           ".q_rope_sin", ".k_rope_sin")
+"""Labels of the ops the few-row programs' fused GEMVs and rope kernels replace (proved in
+kern_gen.llama.fuse, fuse_rope and fuse_rope_qk_norm)."""
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -271,7 +273,7 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     # the fused GEMVs (kern_gen.llama.fuse, proved there) stand for q/k/v, gate/up + SiLU
     fused = [d for d in ver_all if d["kernel"].startswith(FUSED_VERIFY)]
     layers = sum(d["kernel"] == "decode.attention" for d in m["programs"]["decode"]["dispatches"])
-    assert len(fused) == 2 * layers
+    assert len(fused) == 3 * layers
     ver = [d for d in ver_all if not d["kernel"].startswith(FUSED_VERIFY)]
     pre = [d for d in pre if not d["label"].endswith(FUSABLE)]
     assert [strip(d) for d in ver[:len(pre)]] == [strip(d) for d in pre]

@@ -74,11 +74,14 @@ def _prefill_group(m: dict) -> dict:
 
 def test_qwen3_wiring_binds_the_q_k_norm_weights():
     m = kern_manifest.read(OUT / "manifest.json")
-    for prog in ("prefill", "decode"):
+    for prog in ("prefill", "decode", "verify"):
         d = m.programs[prog].dispatches
         for layer in (0, 17, 34):
-            q = next(x for x in d if x.label == f"L{layer}.q_rope")
-            k = next(x for x in d if x.label == f"L{layer}.k_rope_cache")
+            if prog == "prefill":
+                q = next(x for x in d if x.label == f"L{layer}.q_rope")
+                k = next(x for x in d if x.label == f"L{layer}.k_rope_cache")
+            else:           # the few-row programs' fused rope (kern_gen.llama.fuse_rope)
+                q = k = next(x for x in d if x.label == f"L{layer}.rope_kv")
             assert f"model.layers.{layer}.self_attn.q_norm.weight" in repr(q.args)
             assert f"model.layers.{layer}.self_attn.k_norm.weight" in repr(k.args)
     labels = [x.label for x in m.programs["prefill"].dispatches]

@@ -156,6 +156,15 @@ class Kernels:
            np.int32(tokens), np.int32(heads), np.int32(kv_heads), np.int32(head_dim),
            np.int64(cache_len), np.float32(eps)))
 
+    def rope_kv3_norm(self, q, k, v, q_w, k_w, angles, slots, q_out, kc, vc, heads, kv_heads,
+                      head_dim, cache_len, eps):
+        f = self.fn("rope_kv_norm.cubin", "kern_rope_kv3_norm_bf16")
+        tokens = q.shape[0]
+        f((tokens, -(-(heads + 2 * kv_heads) // 8), 1), (256, 1, 1),
+          (ptr(q), ptr(k), ptr(v), ptr(q_w), ptr(k_w), ptr(angles), ptr(slots), ptr(q_out),
+           ptr(kc), ptr(vc), np.int32(tokens), np.int32(heads), np.int32(kv_heads),
+           np.int32(head_dim), np.int64(cache_len), np.float32(eps)))
+
     def rope_kv3(self, q, k, v, angles, slots, q_out, kc, vc, heads, kv_heads, head_dim,
                  cache_len):
         f = self.fn("rope_kv.cubin", "kern_rope_kv3_bf16")

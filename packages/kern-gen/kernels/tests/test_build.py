@@ -130,7 +130,7 @@ def test_example_steps_match_cubin_layouts(built):
             assert cub.param_layout(sym) == cub.param_layout(twin), sym
 
 
-# The rope + K/V writes of a layer (ABI.md 3d, 3d′, 3e) exactly as kern-gen emits it (kern_gen.llama.own).
+# The rope + K/V writes of a layer (ABI.md 3d, 3d′, 3e, 3e′) exactly as kern-gen emits it (kern_gen.llama.own).
 ROPE_KV_PARAMS = {
     "kern_rope_kv_bf16": ["in buffer<bf16>", "in buffer<f32>", "in buffer<i64>",
                           "out buffer<bf16>", "inout ptr", "inout ptr", "i32", "i32", "i32",
@@ -142,6 +142,10 @@ ROPE_KV_PARAMS = {
                                "in buffer<f32>", "in buffer<i64>", "out buffer<bf16>",
                                "inout ptr", "inout ptr", "i32", "i32", "i32", "i32", "i64",
                                "f32"],
+    "kern_rope_kv3_norm_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
+                                "in buffer<bf16>", "in buffer<bf16>", "in buffer<f32>",
+                                "in buffer<i64>", "out buffer<bf16>", "inout ptr", "inout ptr",
+                                "i32", "i32", "i32", "i32", "i64", "f32"],
 }
 
 # The fused GEMVs (ABI.md 4a, 4b) exactly as kern-gen emits them (kern_gen.llama.gemm).

@@ -3,7 +3,9 @@ rotate-half rope and the K/V cache writes of one layer, against a float64 refere
 Qwen3's formula (``Qwen3RMSNorm`` per head with the layer's weight, then
 ``apply_rotary_pos_emb``): q and the written K rows within one bf16 rounding of it (nearly
 all equal to its rounding), V rows copied bit for bit, other cache rows untouched, negative
-slots counted from the end.  Skips cleanly without torch, cupy, a GPU or nvcc."""
+slots counted from the end; ``kern_rope_kv3_norm_bf16`` (ABI.md 3e′: q/k/v in three buffers,
+q rotated in place or not) bit for bit equal to it.  Skips cleanly without torch, cupy, a GPU
+or nvcc."""
 from __future__ import annotations
 
 import sys
@@ -26,6 +28,23 @@ def _norm64(torch, x, w, eps):
 @pytest.mark.parametrize("tokens,heads,kv_heads,d", [(1, 32, 8, 128), (4, 32, 8, 128),
                                                      (1, 9, 3, 64), (3, 16, 2, 128)])
 def test_rope_kv_norm_matches_the_formula(env, tokens, heads, kv_heads, d):
+    _check(env, tokens, heads, kv_heads, d, "qkv")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,heads,kv_heads,d", [(1, 32, 8, 128), (8, 32, 8, 128),
+                                                     (16, 32, 8, 128), (5, 9, 3, 64)])
+def test_rope_kv3_norm_matches_the_formula_and_rope_kv_norm(env, tokens, heads, kv_heads, d):
+    ref = _check(env, tokens, heads, kv_heads, d, "qkv")
+    for mode in ("three", "in_place"):
+        got = _check(env, tokens, heads, kv_heads, d, mode)
+        for a, b in zip(got, ref):
+            assert env[0].equal(a, b), mode
+
+
+def _check(env, tokens, heads, kv_heads, d, mode):
+    """Run one variant (``qkv``: one merged buffer; ``three``: q, k, v buffers; ``in_place``:
+    three, q rotated in place) on seeded inputs, check it against the formula; (q_out, kc, vc)."""
     torch, _, k = env
     dev, L, eps = "cuda", 64, 1e-6
     g = torch.Generator(device=dev).manual_seed(tokens * 17 + heads + d)
@@ -42,9 +61,16 @@ def test_rope_kv_norm_matches_the_formula(env, tokens, heads, kv_heads, d):
     q_out = torch.full((tokens, heads * d), float("nan"), dtype=torch.bfloat16, device=dev)
     kc = torch.full((L, kv_heads, d), 7.0, dtype=torch.bfloat16, device=dev)
     vc = kc.clone()
-    k.rope_kv_norm(qkv, q_w, k_w, ang, slots, q_out, kc, vc, heads, kv_heads, d, L, eps)
-    torch.cuda.synchronize()
     q, kk, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=1)
+    if mode == "qkv":
+        k.rope_kv_norm(qkv, q_w, k_w, ang, slots, q_out, kc, vc, heads, kv_heads, d, L, eps)
+    else:
+        q3 = q.contiguous()
+        if mode == "in_place":
+            q_out = q3
+        k.rope_kv3_norm(q3, kk.contiguous(), v.contiguous(), q_w, k_w, ang, slots, q_out, kc, vc,
+                        heads, kv_heads, d, L, eps)
+    torch.cuda.synchronize()
     rows = torch.where(slots < 0, slots + L, slots)
     ref_q = _rope64(torch, _norm64(torch, q.view(tokens, heads, d), q_w, eps), ang)
     ref_k = _rope64(torch, _norm64(torch, kk.view(tokens, kv_heads, d), k_w, eps), ang)
@@ -52,7 +78,7 @@ def test_rope_kv_norm_matches_the_formula(env, tokens, heads, kv_heads, d):
         err = (got.double() - ref).abs()
         ulp = torch.ldexp(torch.ones_like(ref), torch.frexp(ref)[1] - 8)   # bf16 ulp at |ref|
         same = (got == ref.to(torch.bfloat16)).double().mean().item()
-        report(f"rope_kv_norm {name} T={tokens} H={heads} KV={kv_heads} D={d}: max err "
+        report(f"rope_kv_norm ({mode}) {name} T={tokens} H={heads} KV={kv_heads} D={d}: max err "
                f"{(err / ulp).max().item():.3f} ulp, equal to the rounded reference {same:.4%}")
         assert not torch.isnan(got.float()).any()
         assert (err <= ulp).all(), f"{name}: more than one bf16 ulp off"
@@ -61,3 +87,4 @@ def test_rope_kv_norm_matches_the_formula(env, tokens, heads, kv_heads, d):
     untouched = torch.ones(L, dtype=torch.bool, device=dev)
     untouched[rows] = False
     assert (kc[untouched] == 7.0).all() and (vc[untouched] == 7.0).all()
+    return q_out, kc, vc

@@ -29,8 +29,12 @@ K and V states; the q rope reads one bf16 buffer; and those three buffers are ex
 row 0) of the last ``gemm_split`` before them, which nothing in between writes.  Which of the
 k kernel's two inputs is k follows from that GEMM (its rows ``H·D …`` are ``k_proj``'s).
 
-A layer whose q rope carries more (Qwen3's q/k RMSNorm: a weight, ``mean``, ``rsqrt``) is left
-as captured; :func:`fuse_rope` reports how many layers it fused.  Which index the writes
+Qwen3's dynamic graph (six kernels a layer with the q/k norm) is :mod:`.fuse_rope_qk_norm`'s.
+
+Qwen3's one-token kernels carry the per-head q/k RMSNorm (the layer's ``q_norm`` / ``k_norm``
+weight, :data:`NORM_OPS`): the same three become one ``kern_rope_kv_norm_bf16`` (ABI.md 3e)
+with those weights and the config's epsilon (whose f32 bits the wiring found in both
+cubins).  :func:`fuse_rope` reports how many layers it fused.  Which index the writes
 use is asserted for the captured writers themselves (:mod:`.writers`); the own kernel
 writes row ``slots[t]`` of the states with the same stride (``KV·D`` elements a row).
 """
@@ -82,9 +86,17 @@ def aten_ops(kernel: str) -> set[str]:
 
 
 def fuse_rope(prog: Program, cfg: ModelConfig) -> tuple[Program, int]:
-    """(``prog`` with every provable layer's three rope kernels fused, layers fused)."""
+    """(``prog`` with every provable layer's rope kernels fused, layers fused)."""
+    from . import fuse_rope_qk_norm as QK     # imports this module's checks
     ops, out, fused, j = list(prog.ops), [], 0, 0
     while j < len(ops):
+        chain = QK.group(ops, j)
+        if chain is not None:               # Qwen3's dynamic graph: six kernels a layer
+            out += [ops[t] for t in range(j, chain[-1]) if t not in chain]
+            out.append(QK.fused(prog, ops, chain, cfg))
+            fused += 1
+            j = chain[-1] + 1
+            continue
         group = _group(ops, j)
         split = None if group else _group_split(ops, j)
         if group is None and split is None:

@@ -64,26 +64,32 @@ ROPE_KV = {   # variant -> (cubin, symbol, bf16 inputs, the captured kernels it 
               "k rope + K/V writes and q rope (two kernels)"),
     "norm": ("rope_kv_norm.cubin", "kern_rope_kv_norm_bf16", ("qkv", "q_w", "k_w"),
              "q norm + rope, k norm + rope + K write and V write (three kernels)"),
+    "norm_split": ("rope_kv_norm.cubin", "kern_rope_kv3_norm_bf16",
+                   ("q", "k", "v", "q_w", "k_w"),
+                   "q/k variance, sin and cos halves and K/V writes (six kernels)"),
 }
-"""The rope + K/V kernels of :mod:`.fuse_rope` (ABI.md 3d, 3d′, 3e), by the op's arguments."""
+"""The rope + K/V kernels of :mod:`.fuse_rope` (ABI.md 3d, 3d′, 3e, 3e′), by the op's
+arguments."""
 
 
 def rope_kv(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     """One layer's q/k rope and K/V cache writes (:mod:`.fuse_rope`): from the merged qkv rows,
     from q, k, v in three buffers, or (Qwen3) with the per-head q/k RMSNorm first."""
     cfg, a = asm.cfg, op.args
-    variant = "norm" if "q_w" in a else "qkv" if "qkv" in a else "split"
+    variant = ("norm" if "qkv" in a else "norm_split") if "q_w" in a else (
+        "qkv" if "qkv" in a else "split")
     cubin, symbol, ins, replaced = ROPE_KV[variant]
     p = [*(["in buffer<bf16>"] * len(ins)), "in buffer<f32>", "in buffer<i64>",
          "out buffer<bf16>", "inout ptr", "inout ptr", "i32"]
     lits = [{"i32": cfg.heads}, {"i32": cfg.kv_heads}, {"i32": cfg.head_dim},
             {"i64": asm.kv.max_len}]
     grid: list[Any] = [rows, 1, 1]
-    if variant == "norm":       # one warp per head, 8 a block
+    norm = variant.startswith("norm")
+    if norm:                    # one warp per head, 8 a block
         lits.append({"f32": cfg.eps})
         grid[1] = -(-(cfg.heads + 2 * cfg.kv_heads) // 8)
     step = asm.own_step(cubin, symbol, params=[*p, "i32", "i32", "i32", "i64",
-                                               *(["f32"] if variant == "norm" else [])],
+                                               *(["f32"] if norm else [])],
                         block=[256, 1, 1], grid=grid,
                         args=[*({"arg": i} for i in range(len(p))), *lits])
     name = asm.kernel(f"{program}.rope_kv", {"params": p, "impl": {"steps": [step]}},

@@ -56,10 +56,11 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"keeps the captured kernels): in {', '.join(f'`{k}`' for k in rope)} each layer's "
           f"captured rope kernels (one-token graph: k rope + K write, V write, q rope; dynamic "
           f"graph: k rope + K/V writes, q rope) are one `kern_rope_kv_bf16` / "
-          f"`kern_rope_kv3_bf16` launch, Qwen3's one-token kernels with the per-head q/k "
-          f"RMSNorm inside one `kern_rope_kv_norm_bf16` (ABI.md 3d/3d′/3e, "
-          f"`kern_gen/llama/fuse_rope.py`, which proves the pattern; Qwen3's dynamic graph, "
-          f"with the norm's variance in kernels of its own, stays captured).\n")
+          f"`kern_rope_kv3_bf16` launch; Qwen3's, with the per-head q/k RMSNorm inside (three "
+          f"kernels in the one-token graph, six in the dynamic one), one "
+          f"`kern_rope_kv_norm_bf16` / `kern_rope_kv3_norm_bf16` launch (ABI.md 3d/3d′/3e/3e′, "
+          f"`kern_gen/llama/fuse_rope.py` and `fuse_rope_qk_norm.py`, which prove the "
+          f"patterns).\n")
     return L
 
 
