@@ -65,7 +65,7 @@ def _check(env, tokens, heads, kv_heads, d, mode):
     if mode == "qkv":
         k.rope_kv_norm(qkv, q_w, k_w, ang, slots, q_out, kc, vc, heads, kv_heads, d, L, eps)
     else:
-        q3 = q.contiguous()
+        q3 = q.clone(memory_format=torch.contiguous_format)   # a copy even when T = 1
         if mode == "in_place":
             q_out = q3
         k.rope_kv3_norm(q3, kk.contiguous(), v.contiguous(), q_w, k_w, ang, slots, q_out, kc, vc,
