@@ -18,7 +18,8 @@ from kern_gen.llama import WiringError
 from kern_gen.llama import merge as M
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.fuse import fuse_program
-from kern_gen.llama.fuse_rope import ROPE_OPS, aten_ops, fuse_rope
+from kern_gen.llama.fuse_rope import fuse_rope
+from kern_gen.llama.rope_facts import ROPE_OPS, aten_ops
 from kern_gen.llama.ir import Op, Ref, reads, writes
 from kern_gen.llama.programs import PROGRAMS
 

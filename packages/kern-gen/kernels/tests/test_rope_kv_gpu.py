@@ -66,7 +66,8 @@ def _check_formula(env, tokens, heads, kv_heads, d, three_buffers):
         rounded = ref.to(torch.bfloat16)
         same = (got == rounded).double().mean().item()
         report(f"rope_kv{'3' if three_buffers else ''} {name} T={tokens} H={heads} "
-               f"KV={kv_heads} D={d}: max err {(err / ulp).max().item():.3f} ulp, equal to the rounded reference {same:.4%}")
+               f"KV={kv_heads} D={d}: max err {(err / ulp).max().item():.3f} ulp, equal to the "
+               f"rounded reference {same:.4%}")
         assert not torch.isnan(got.float()).any()
         assert (err <= ulp).all(), f"{name}: more than one bf16 ulp off"
         assert same > 0.99

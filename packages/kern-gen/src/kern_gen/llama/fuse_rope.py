@@ -32,8 +32,8 @@ k kernel's two inputs is k follows from that GEMM (its rows ``H·D …`` are ``k
 Qwen3's dynamic graph (six kernels a layer with the q/k norm) is :mod:`.fuse_rope_qk_norm`'s.
 
 Qwen3's one-token kernels carry the per-head q/k RMSNorm (the layer's ``q_norm`` / ``k_norm``
-weight, :data:`NORM_OPS`): the same three become one ``kern_rope_kv_norm_bf16`` (ABI.md 3e)
-with those weights and the config's epsilon (whose f32 bits the wiring found in both
+weight, :data:`.rope_facts.NORM_OPS`): the same three become one ``kern_rope_kv_norm_bf16``
+(ABI.md 3e) with those weights and the config's epsilon (whose f32 bits the wiring found in both
 cubins).  :func:`fuse_rope` reports how many layers it fused.  Which index the writes
 use is asserted for the captured writers themselves (:mod:`.writers`); the own kernel
 writes row ``slots[t]`` of the states with the same stride (``KV·D`` elements a row).
@@ -44,50 +44,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from . import fuse_rope_qk_norm as QK
+from . import rope_facts as RF
 from .errors import WiringError
-from .ir import (SLOTS, Op, Program, Ref, check_dataflow, is_weight, op_where, used_buffers,
-                 writes)
+from .ir import SLOTS, Op, Program, Ref, check_dataflow, is_weight, used_buffers, writes
+
 
 if TYPE_CHECKING:
     from .config import ModelConfig
 
-#: the ATen ops a rotate-half rope and an ``index_copy_`` cache write fuse into (the words of
-#: Inductor's ``triton_poi_fused_<ops>_<n>`` names)
-ROPE_OPS = frozenset({"to_copy", "unsafe_view", "add", "bmm", "cat", "cos", "sin", "mul",
-                      "neg", "slice", "transpose", "unsqueeze", "view", "index_copy", "expand",
-                      "clone"})
 PARTS = ("k_rope_cache", "v_cache", "q_rope")
 PARTS_SPLIT = ("k_rope_cache", "q_rope")
-#: the ATen ops Qwen3's per-head q/k RMSNorm adds to its rope kernels (``mean``, ``pow``,
-#: ``rsqrt``; its weight multiply is ``mul``)
-NORM_OPS = frozenset({"mean", "pow", "rsqrt"})
-
-
-def aten_ops(kernel: str) -> set[str]:
-    """The ATen op names in an Inductor kernel name ``triton_<kind>_fused_<op>_<op>…_<n>``
-    (kind ``poi``, ``per`` or ``red``; ``_to_copy`` is ``to_copy``; the trailing index
-    dropped); empty for other names."""
-    head = next((h for h in (f"triton_{k}_fused_" for k in ("poi", "per", "red"))
-                 if kernel.startswith(h)), None)
-    if head is None:
-        return set()
-    words = kernel[len(head):].rstrip("0123456789").strip("_").split("_")
-    ops, i = set(), 0
-    while i < len(words):   # the two-word ops Inductor names with one underscore inside
-        two = f"{words[i]}_{words[i + 1]}" if i + 1 < len(words) else ""
-        if two in ("to_copy", "unsafe_view", "index_copy"):
-            ops.add(two)
-            i += 2
-        else:
-            ops.add(words[i])
-            i += 1
-    ops.discard("")
-    return ops
-
-
 def fuse_rope(prog: Program, cfg: ModelConfig) -> tuple[Program, int]:
     """(``prog`` with every provable layer's rope kernels fused, layers fused)."""
-    from . import fuse_rope_qk_norm as QK     # imports this module's checks
     ops, out, fused, j = list(prog.ops), [], 0, 0
     while j < len(ops):
         chain = QK.group(ops, j)
@@ -124,7 +93,7 @@ def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
     layers = {o.label.partition(".")[0] for o in window}
     if set(parts) != set(PARTS) or len(layers) != 1:
         return None
-    # Llama: q, angles, out; Qwen3 (:data:`NORM_OPS`): and the q norm's weight
+    # Llama: q, angles, out; Qwen3 (:data:`.rope_facts.NORM_OPS`): and the q norm's weight
     shape = tuple(len(parts[p].ptrs) for p in PARTS)
     return parts if shape in ((4, 3, 3), (5, 3, 4)) else None
 
@@ -144,43 +113,39 @@ def _group_split(ops: list[Op], j: int) -> dict[str, Op] | None:
     return parts
 
 
-def _at(prog: Program, op: Op) -> str:
-    return op_where(prog.name, op)
-
-
 def _fused(prog: Program, ops: list[Op], j: int, g: dict[str, Op], cfg: ModelConfig) -> Op:
     H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     k, v, q = g["k_rope_cache"], g["v_cache"], g["q_rope"]
     norm = len(q.ptrs) == 4
-    _only_rope_ops(prog, (k, q), NORM_OPS if norm else frozenset())
-    _only_rope_ops(prog, (v,))
+    RF.only_rope_ops(prog, (k, q), RF.NORM_OPS if norm else frozenset())
+    RF.only_rope_ops(prog, (v,))
     layer = q.label.partition(".")[0]
     kin = _sig(prog, k, {"in": 3 + norm, "inout": 1})
     vin = _sig(prog, v, {"in": 2, "inout": 1})
     qin = _sig(prog, q, {"in": 2 + norm, "out": 1})
     for o, sig in ((k, kin), (v, vin)):
         if SLOTS not in sig["in"]:
-            raise WiringError(f"{_at(prog, o)}: the cache write does not read `slots`")
+            raise WiringError(f"{RF.at(prog, o)}: the cache write does not read `slots`")
     weights = _norm_weights(prog, layer, q, qin, k, kin) if norm else {}
     qkv_q = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
     ang = [r for r in qin["in"] if r not in qkv_q and not is_weight(r.buf)]
     if len(qkv_q) != 1 or len(ang) != 1:
-        raise WiringError(f"{_at(prog, q)}: expected one bf16 q input and one f32 angle "
+        raise WiringError(f"{RF.at(prog, q)}: expected one bf16 q input and one f32 angle "
                           f"input, found {qin['in']}")
     qkv = qkv_q[0].buf
     offs = {"q": 0, "k": 2 * H * D, "v": 2 * (H + KV) * D}
     want = {"q": qkv_q[0], "k": _part(prog, k, kin, qkv), "v": _part(prog, v, vin, qkv)}
     for part, r in want.items():
         if r.offset != offs[part]:
-            raise WiringError(f"{_at(prog, g[PARTS[('k', 'v', 'q').index(part)]])}: reads "
+            raise WiringError(f"{RF.at(prog, g[PARTS[('k', 'v', 'q').index(part)]])}: reads "
                               f"{part} at byte {r.offset} of `{qkv}`, not at {offs[part]} "
                               f"(the merged qkv layout q | k | v)")
     if prog.bufs[qkv].width != (H + 2 * KV) * D:
-        raise WiringError(f"{_at(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
+        raise WiringError(f"{RF.at(prog, q)}: `{qkv}` is {prog.bufs[qkv].width} wide, not the "
                           f"merged qkv's {(H + 2 * KV) * D}")
-    _angles(prog, ops, j, k, kin, q, ang[0])
+    RF.angles_from_own_kernel(prog, ops, j, k, kin, q, ang[0])
     kst, vst = kin["inout"][0], vin["inout"][0]
-    _states(prog, k, layer, kst, vst)
+    RF.layer_states(prog, k, layer, kst, vst)
     return Op("rope_kv", f"{layer}.rope_kv", q.site,
               args={"qkv": Ref(buf=qkv), **weights, "angles": ang[0], "slots": SLOTS,
                     "out": qin["out"][0], "kc": kst, "vc": vst})
@@ -196,7 +161,7 @@ def _norm_weights(prog: Program, layer: str, q: Op, qin: dict[str, list[Ref]], k
         want = f"model.layers.{layer[1:]}.self_attn.{name}.weight"
         ws = [r for r in sig["in"] if is_weight(r.buf)]
         if ws != [Ref(buf=want)]:
-            raise WiringError(f"{_at(prog, o)}: reads the weights {[r.buf for r in ws]}, not "
+            raise WiringError(f"{RF.at(prog, o)}: reads the weights {[r.buf for r in ws]}, not "
                               f"`{want}` alone (the layer's per-head RMSNorm)")
         out[key] = ws[0]
     return out
@@ -208,78 +173,41 @@ def _fused_split(prog: Program, ops: list[Op], j: int, g: dict[str, Op],
     q/k/v GEMV's three outputs (module docstring)."""
     H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     k, q = g["k_rope_cache"], g["q_rope"]
-    _only_rope_ops(prog, (k, q))
+    RF.only_rope_ops(prog, (k, q))
     layer = q.label.partition(".")[0]
     kin = _sig(prog, k, {"in": 4, "inout": 2})
     qin = _sig(prog, q, {"in": 2, "out": 1})
     if SLOTS not in kin["in"]:
-        raise WiringError(f"{_at(prog, k)}: the cache write does not read `slots`")
+        raise WiringError(f"{RF.at(prog, k)}: the cache write does not read `slots`")
     bf16 = [r for r in qin["in"] if r.buf in prog.bufs and prog.bufs[r.buf].dtype == "bf16"]
     ang = [r for r in qin["in"] if r not in bf16]
     if len(bf16) != 1 or len(ang) != 1:
-        raise WiringError(f"{_at(prog, q)}: expected one bf16 q input and one f32 angle "
+        raise WiringError(f"{RF.at(prog, q)}: expected one bf16 q input and one f32 angle "
                           f"input, found {qin['in']}")
-    _angles(prog, ops, j, k, kin, q, ang[0])
+    RF.angles_from_own_kernel(prog, ops, j, k, kin, q, ang[0])
     split = next((t for t in range(j - 1, -1, -1) if ops[t].kind == "gemm_split"), None)
     if split is None:
-        raise WiringError(f"{_at(prog, q)}: no fused q/k/v GEMV (`gemm_split`) before the "
+        raise WiringError(f"{RF.at(prog, q)}: no fused q/k/v GEMV (`gemm_split`) before the "
                           f"rope kernels")
     a = ops[split].args
     q_in, k_in, v_in = a["c0"], a["c1"], a["c2"]
     if ((a["n0"], a["n1"], a["n2"]) != (H * D, KV * D, KV * D) or a["w"].offset
             or bf16[0] != q_in or {k_in, v_in} != {r for r in kin["in"] if r not in
                                                     (SLOTS, ang[0])}):
-        raise WiringError(f"{_at(prog, q)}: the rope kernels do not read exactly q, k, v of "
+        raise WiringError(f"{RF.at(prog, q)}: the rope kernels do not read exactly q, k, v of "
                           f"`{ops[split].label}` (n {a['n0']}/{a['n1']}/{a['n2']} from weight "
                           f"row {a['w'].offset // (2 * a['k'])}; want {H * D}/{KV * D}/{KV * D} "
                           f"from row 0)")
     for o in ops[split + 1:j]:
         hit = {r.buf for _, r in writes(o)} & {q_in.buf, k_in.buf, v_in.buf}
         if hit:
-            raise WiringError(f"{_at(prog, o)}: writes `{sorted(hit)[0]}` between "
+            raise WiringError(f"{RF.at(prog, o)}: writes `{sorted(hit)[0]}` between "
                               f"`{ops[split].label}` and the rope kernels")
     kst, vst = kin["inout"]
-    _states(prog, k, layer, kst, vst)
+    RF.layer_states(prog, k, layer, kst, vst)
     return Op("rope_kv", f"{layer}.rope_kv", q.site,
               args={"q": q_in, "k": k_in, "v": v_in, "angles": ang[0], "slots": SLOTS,
                     "out": qin["out"][0], "kc": kst, "vc": vst})
-
-
-def _only_rope_ops(prog: Program, kernels: tuple[Op, ...],
-                   more: frozenset[str] = frozenset()) -> None:
-    """Each kernel's Inductor name lists only :data:`ROPE_OPS` (and ``more``)."""
-    for o in kernels:
-        name = o.site.name if o.site else "?"
-        found = aten_ops(name)
-        extra = found - ROPE_OPS - more
-        if not found or extra:
-            raise WiringError(f"{_at(prog, o)}: kernel `{name}` "
-                              f"fuses ATen ops beyond a rotate-half rope and a cache copy "
-                              f"({', '.join(sorted(extra)) or 'no Inductor name'}); "
-                              f"not fused into kern_rope_kv_bf16 (`--no-fuse` keeps the "
-                              f"captured kernels)")
-
-
-def _angles(prog: Program, ops: list[Op], j: int, k: Op, kin: dict[str, list[Ref]], q: Op,
-            ang: Ref) -> None:
-    """k rope reads q rope's angles, and they come from the own angle kernel."""
-    if ang not in kin["in"]:
-        raise WiringError(f"{_at(prog, k)}: k rope reads other angles than q rope "
-                          f"(`{ang.buf}`)")
-    producer = next((o for o in reversed(ops[:j]) if ang.buf in
-                     [r.buf for _, r in writes(o)]), None)
-    if producer is None or producer.kind != "angles":
-        raise WiringError(f"{_at(prog, q)}: the angles `{ang.buf}` do not come from the "
-                          f"own angle kernel ([D/2, tokens] f32)")
-
-
-def _states(prog: Program, k: Op, layer: str, kst: Ref, vst: Ref) -> None:
-    """The writes go to one layer's K and V states: the target's ``kv.<layer>.k`` / ``.v`` or
-    a DSpark draft's ``draft.kv.<layer>.k`` / ``.v`` (its own KV, docs/dspark.md)."""
-    want = [(f"{pre}kv.{layer}.k", f"{pre}kv.{layer}.v") for pre in ("", "draft.")]
-    if (kst.state, vst.state) not in want or kst.offset or vst.offset:
-        raise WiringError(f"{_at(prog, k)}: writes `{kst.state}` / `{vst.state}`, not the "
-                          f"layer's K/V states kv.{layer}.k / kv.{layer}.v")
 
 
 def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
@@ -288,7 +216,7 @@ def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
         by[d].append(r)
     got = {d: len(rs) for d, rs in by.items() if rs}
     if got != want:
-        raise WiringError(f"{_at(prog, o)}: pointer directions {got}, not the Llama "
+        raise WiringError(f"{RF.at(prog, o)}: pointer directions {got}, not the Llama "
                           f"rope's {want}")
     return by
 
@@ -296,6 +224,6 @@ def _sig(prog: Program, o: Op, want: dict[str, int]) -> dict[str, list[Ref]]:
 def _part(prog: Program, o: Op, sig: dict[str, list[Ref]], qkv: str) -> Ref:
     rs = [r for r in sig["in"] if r.buf == qkv]
     if len(rs) != 1:
-        raise WiringError(f"{_at(prog, o)}: does not read the q rope's qkv buffer `{qkv}` "
+        raise WiringError(f"{RF.at(prog, o)}: does not read the q rope's qkv buffer `{qkv}` "
                           f"exactly once")
     return rs[0]

@@ -1,5 +1,6 @@
 """Qwen3's dynamic-graph rope with the q/k RMSNorm in one launch: a layer's six captured kernels
-of ``verify`` become one own ``kern_rope_kv3_norm_bf16`` (``kernels/rope_kv_norm.cu``, ABI.md 3e′).
+of ``verify`` become one own ``kern_rope_kv3_norm_bf16`` (``kernels/rope_kv_norm.cu``, ABI.md
+3e′).
 
 Why: the Qwen3-shape DSpark round is bound by verify's launches (issue 15: 473 dispatches
 against decode's 293).  Per layer the prefill graph computes, between the q/k/v GEMV and the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import rope_facts as RF
 from .errors import WiringError
 from .ir import SLOTS, Op, Program, Ref, op_where, reads, writes
 
@@ -57,33 +59,32 @@ def group(ops: list[Op], j: int) -> list[int] | None:
 
 def fused(prog: Program, ops: list[Op], idx: list[int], cfg: ModelConfig) -> Op:
     """The six kernels at ``idx`` as one ``rope_kv`` op (module docstring)."""
-    from . import fuse_rope as FR      # the shared checks; fuse_rope calls this module
     H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
     g = {ops[t].label.partition(".")[2]: ops[t] for t in idx}
     layer = ops[idx[0]].label.partition(".")[0]
-    FR._only_rope_ops(prog, tuple(g.values()), FR.NORM_OPS)
+    RF.only_rope_ops(prog, tuple(g.values()), RF.NORM_OPS)
     split = next((t for t in range(idx[0] - 1, -1, -1) if ops[t].kind == "gemm_split"), None)
     if split is None:
-        raise WiringError(f"{FR._at(prog, g['q_var'])}: no fused q/k/v GEMV (`gemm_split`) "
+        raise WiringError(f"{RF.at(prog, g['q_var'])}: no fused q/k/v GEMV (`gemm_split`) "
                           f"before the rope kernels")
     a = ops[split].args
     q, k, v = a["c0"], a["c1"], a["c2"]
     if (a["n0"], a["n1"], a["n2"]) != (H * D, KV * D, KV * D) or a["w"].offset:
-        raise WiringError(f"{FR._at(prog, g['q_var'])}: `{ops[split].label}` writes n "
+        raise WiringError(f"{RF.at(prog, g['q_var'])}: `{ops[split].label}` writes n "
                           f"{a['n0']}/{a['n1']}/{a['n2']} from weight row "
                           f"{a['w'].offset // (2 * a['k'])}, not q | k | v "
                           f"({H * D}/{KV * D}/{KV * D} from row 0)")
     # the norms of the model whose q/k/v weight the GEMV reads (the target's or a draft's)
     stem = a["w"].buf.removesuffix(".qkv_proj.weight") if a["w"].buf else ""
     if not stem.endswith(f"layers.{layer[1:]}.self_attn"):
-        raise WiringError(f"{FR._at(prog, g['q_var'])}: `{ops[split].label}` reads "
+        raise WiringError(f"{RF.at(prog, g['q_var'])}: `{ops[split].label}` reads "
                           f"`{a['w'].buf}`, not layer {layer[1:]}'s merged qkv_proj weight")
     qw, kw = Ref(buf=f"{stem}.q_norm.weight"), Ref(buf=f"{stem}.k_norm.weight")
     qv, kv_ = _out(prog, g["q_var"]), _out(prog, g["k_var"])
     qs, ks = _out(prog, g["q_rope_sin"]), _out(prog, g["k_rope_sin"])
     angles = [r for r in reads(g["q_rope_sin"]) if r not in (qw, q, qv)]
     if len(angles) != 1:
-        raise WiringError(f"{FR._at(prog, g['q_rope_sin'])}: reads {reads(g['q_rope_sin'])}, "
+        raise WiringError(f"{RF.at(prog, g['q_rope_sin'])}: reads {reads(g['q_rope_sin'])}, "
                           f"not q, `{qw.buf}`, its variance and the angles")
     ang = angles[0]
     want = {"q_var": {q}, "k_var": {k}, "q_rope_sin": {qw, q, qv, ang},
@@ -92,18 +93,19 @@ def fused(prog: Program, ops: list[Op], idx: list[int], cfg: ModelConfig) -> Op:
     for part, refs in want.items():
         got = {r for r in reads(g[part]) if r.state is None}
         if got != refs:
-            raise WiringError(f"{FR._at(prog, g[part])}: reads "
+            raise WiringError(f"{RF.at(prog, g[part])}: reads "
                               f"{sorted(r.buf or '' for r in got)}, not "
                               f"{sorted(r.buf or '' for r in refs)} (the q/k norm + rope chain "
                               f"on `{ops[split].label}`'s outputs)")
-    FR._angles(prog, ops, idx[-1], g["k_rope_cache"], {"in": [ang]}, g["q_rope_sin"], ang)
+    RF.angles_from_own_kernel(prog, ops, idx[-1], g["k_rope_cache"], {"in": [ang]},
+                              g["q_rope_sin"], ang)
     states = [r for d, r in writes(g["k_rope_cache"]) if r.state]
     if len(states) != 2:
-        raise WiringError(f"{FR._at(prog, g['k_rope_cache'])}: writes {len(states)} states, "
+        raise WiringError(f"{RF.at(prog, g['k_rope_cache'])}: writes {len(states)} states, "
                           f"not the layer's K and V")
-    FR._states(prog, g["k_rope_cache"], layer, *states)
+    RF.layer_states(prog, g["k_rope_cache"], layer, *states)
     if [r for _, r in writes(g["q_rope"])] != [q]:
-        raise WiringError(f"{FR._at(prog, g['q_rope'])}: writes "
+        raise WiringError(f"{RF.at(prog, g['q_rope'])}: writes "
                           f"{[r.buf for _, r in writes(g['q_rope'])]}, not q in place")
     _untouched(prog, ops, split, idx, {q.buf, k.buf, v.buf})
     _unread_after(prog, ops, idx[-1], [qv, kv_, qs, ks])
