@@ -258,8 +258,10 @@ class NullDSpark:
         if name == "token_ids":
             self.ids[:len(array)] = array
 
-    def copy(self, dst: str, src: str, symbols=None) -> None:
-        pass
+    def copy(self, dst: str, src: str, symbols=None, *, dst_row: int = 0) -> None:
+        if src == "draft_tokens":
+            t = symbols["tokens"]
+            self.ids[dst_row:dst_row + t] = self.block_out[:t]
 
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
         self.t = symbols["tokens"]

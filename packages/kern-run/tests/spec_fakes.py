@@ -126,10 +126,18 @@ class KVModelRuntime:
         buf[:len(a)] = a
         self.events.append(("write", name, a.tolist()))
 
-    def copy(self, dst: str, src: str, symbols=None) -> None:
-        if (dst, src, symbols) != ("token_ids", "next_token", {"tokens": 1}):
-            raise Violation(f"copy {src} -> {dst} at {symbols}")
-        self.buffers[dst][:1] = self.buffers[src][:1]
+    def copy(self, dst: str, src: str, symbols=None, *, dst_row: int = 0) -> None:
+        """decode's ``next_token`` into ``token_ids`` row 0, or (DSpark's chained round) the
+        first m ``draft_tokens`` into ``token_ids`` rows 1 … m."""
+        if (dst, src, symbols, dst_row) == ("token_ids", "next_token", {"tokens": 1}, 0):
+            rows = 1
+        elif (dst, src, dst_row) == ("token_ids", "draft_tokens", 1) and src in self.buffers \
+                and set(symbols or {}) == {"tokens"} \
+                and 1 <= symbols["tokens"] < len(self.buffers[dst]):
+            rows = symbols["tokens"]
+        else:
+            raise Violation(f"copy {src} -> {dst} at {symbols}, row {dst_row}")
+        self.buffers[dst][dst_row:dst_row + rows] = self.buffers[src][:rows]
         self.events.append(("copy", dst, src))
 
     def capture(self, program: str, symbols: dict[str, int]) -> None:

@@ -52,7 +52,8 @@ def cases(draw):
                 block=block, k=draw(st.integers(1, block)), chunk=draw(st.integers(1, 9)),
                 eos=draw(st.sets(st.integers(0, VOCAB - 1), max_size=3)),
                 slack=draw(st.sampled_from([None, 0, 1, 3, 8])), eager=draw(st.booleans()),
-                accept=draw(st.lists(st.integers(0, 7), min_size=1, max_size=8)))
+                accept=draw(st.lists(st.integers(0, 7), min_size=1, max_size=8)),
+                chain=draw(st.booleans()))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -65,7 +66,8 @@ def test_dspark_output_equals_plain_greedy(c):
     rt = DSparkRuntime(block=c["block"], mask=MASK, model=c["model"], vocab=VOCAB,
                        capacity=cap or len(c["prompt"]) + c["steps"] + c["block"],
                        plan=lambda r, p: acc[r % len(acc)])
-    res, _ = ds_run(c["prompt"], block=c["block"], rt=rt, capacity=cap, k=c["k"], **common)
+    res, _ = ds_run(c["prompt"], block=c["block"], rt=rt, capacity=cap, k=c["k"],
+                    chain=c["chain"], **common)
     same(res, plain)
     assert not rt.uncaptured
     s = res.spec
@@ -103,6 +105,27 @@ def test_full_acceptance_call_sequence():
     first_write = next(i for i, e in enumerate(rt.events) if e[0] == "write")
     assert all(i < first_write for i, e in enumerate(rt.events) if e[0] == "capture")
     assert [e[3] for e in rt.runs("prefill")] == [True, True, False]
+
+
+@pytest.mark.parametrize("plan", [None, lambda r, p: 3, lambda r, p: 0])
+def test_chained_rounds_queue_verify_behind_the_draft(plan):
+    """chain: the same calls and tokens; between each draft and its verify the host waits for
+    nothing, and the drafts reach verify's token_ids rows 1 … m by a device copy."""
+    prompt = list(range(10, 20))
+    plain = plain_run(prompt, steps=20, chunk=4)
+    ref, rt_ref = ds_run(prompt, plan=plan, steps=20, chunk=4)
+    res, rt = ds_run(prompt, plan=plan, steps=20, chunk=4, chain=True)
+    same(res, plain)
+    same(res, ref)
+    assert seq(rt) == seq(rt_ref)
+    ev = rt.events
+    drafts = [i for i, e in enumerate(ev) if e[0] == "run" and e[1] == "draft"]
+    for d in drafts:
+        v = next(i for i in range(d, len(ev)) if ev[i][0] == "run" and ev[i][1] == "verify")
+        between = ev[d + 1:v]
+        assert not any(e[0] == "wait" for e in between)
+        assert ("copy", "token_ids", "draft_tokens") in between
+    assert res.spec.rounds == ref.spec.rounds and res.spec.tau == ref.spec.tau
 
 
 def test_no_acceptance_is_one_token_per_round_and_lossless():

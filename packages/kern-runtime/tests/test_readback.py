@@ -132,6 +132,16 @@ def test_runtime_copy_checks_and_queues(tmp_path):
     with pytest.raises(CallerError, match="unknown buffer `nope`"):
         rt.copy("x", "nope")
     assert len(dev.ops("d2d")) == 1                    # the refused copies queued nothing
+    rt.copy("x", "h", {"tokens": 3}, dst_row=5)        # rows 5 … 7 of x (256 bytes a row)
+    assert dev.ops("d2d")[-1] == ("d2d", x + 5 * 256, h, 768, "copy `h` into `x`")
+    rt.copy("x", "h", {"tokens": 1}, dst_row=255)      # the last row fits
+    with pytest.raises(CallerError, match=r"copy `h` into `x`: 512 bytes at byte 65280 do not "
+                                          r"fit its 65536"):
+        rt.copy("x", "h", {"tokens": 2}, dst_row=255)
+    with pytest.raises(CallerError, match=r"at row -1: rows count from 0 along a leading "
+                                          r"symbol dimension"):
+        rt.copy("x", "h", {"tokens": 1}, dst_row=-1)
+    assert len(dev.ops("d2d")) == 3
     rt.close()
     with pytest.raises(CallerError, match="this runtime was closed"):
         rt.copy("x", "h")

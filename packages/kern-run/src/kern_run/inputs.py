@@ -33,7 +33,8 @@ I32_MAX = 2**31 - 1
 
 class Writer(Protocol):
     def write(self, name: str, array: np.ndarray) -> None: ...
-    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None) -> None: ...
+    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None, *,
+             dst_row: int = 0) -> None: ...
 
 
 class Inputs:

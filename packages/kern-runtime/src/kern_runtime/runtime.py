@@ -312,21 +312,34 @@ class Runtime:
             ring = self._read_rings[name] = ReadRing(self._dev, cap)
         return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream, where)
 
-    def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None) -> None:
+    def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None, *,
+             dst_row: int = 0) -> None:
         """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
-        into the prefix of input or carry buffer ``dst`` of the same dtype, ordered like
-        :meth:`write` (e.g. decode's ``next_token`` into the next step's ``token_ids``)."""
+        into input or carry buffer ``dst`` of the same dtype, at its row ``dst_row`` (a row:
+        ``dst``'s shape without its leading dimension, which must be a symbol; 0: the
+        prefix), ordered like
+        :meth:`write` (e.g. decode's ``next_token`` into the next step's ``token_ids``, a
+        draft's tokens behind verify's first row)."""
         s = self._buffer(src)
         d = self._writable(dst, f"copy into `{dst}`: it")
         if s.dtype != d.dtype:
             raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
                               f"differ")
         *_, n = self._extent(src, symbols, f"copy `{src}`")
+        off = 0
+        if dst_row:
+            if dst_row < 0 or not d.shape or not isinstance(d.shape[0], str):
+                raise CallerError(f"copy `{src}` into `{dst}` at row {dst_row}: rows count "
+                                  f"from 0 along a leading symbol dimension (shape "
+                                  f"{list(d.shape)})")
+            row_shape, dtype, _ = self._extent(dst, None, f"copy into `{dst}`")
+            off = dst_row * int(np.prod(row_shape[1:], dtype=np.int64)) * dtype.itemsize
         room = self.plan.buffers[dst].nbytes
-        if n > room:
-            raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes do not fit its {room}")
+        if off + n > room:
+            raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes at byte {off} do not fit "
+                              f"its {room}")
         if n:
-            self._dev.d2d(self.addresses.buffers[dst], self.addresses.buffers[src], n,
+            self._dev.d2d(self.addresses.buffers[dst] + off, self.addresses.buffers[src], n,
                           self._stream, where=f"copy `{src}` into `{dst}`")
 
     def synchronize(self) -> None:

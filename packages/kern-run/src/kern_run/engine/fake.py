@@ -115,11 +115,15 @@ class FakePagedRuntime:
         rows = array.shape[0] if array.ndim else 1
         self.log.append(("write", name, rows))
 
-    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None) -> None:
+    def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None, *,
+             dst_row: int = 0) -> None:
         rows = self._tokens(symbols, "copy")
         if dst not in self.inputs or self.buffers[dst].dtype != self.buffers[src].dtype:
             raise FakeRuntimeError(f"copy `{src}` into `{dst}`: not an input of that dtype")
-        self.buffers[dst][:rows] = self.buffers[src][:rows]
+        if not 0 <= dst_row <= len(self.buffers[dst]) - rows:
+            raise FakeRuntimeError(f"copy `{src}` into `{dst}`: rows {dst_row} … "
+                                   f"{dst_row + rows - 1} do not fit")
+        self.buffers[dst][dst_row:dst_row + rows] = self.buffers[src][:rows]
         self.written.add(dst)
         self.log.append(("copy", dst, src, rows))
 

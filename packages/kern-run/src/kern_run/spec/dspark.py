@@ -19,6 +19,12 @@ buffers: the tapped call just before it (a prefill chunk, ``decode_spec``, or th
 and no host write. Rejected rows need no rollback in either state (slot = position: they lie
 past the new anchor and are rewritten before any row reads them).
 
+``chain`` (:func:`dspark_generate`): verify is queued right behind the draft, without waiting
+for it — verify's inputs but its drafts are known before the draft runs (positions p … p+m),
+and ``draft_tokens[0 … m)`` is copied into ``token_ids[1 … m]`` on the device
+(``Runtime.copy``'s ``dst_row``); the drafts are read with the predictions. One host trip a
+round fewer; the host-clock split of the round then cannot separate draft and verify.
+
 Host work per round is kept small: the sequence lives in one preallocated i64 array (the
 drafts are written past its end and ``token_ids`` of verify is a slice of it), the draft's
 block ids are one preallocated array, symbols dicts are made once, and every graph the run
@@ -35,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS,
-                                    NEXT_TOKEN, PREDICTIONS, PREFILL, VERIFY, VERIFY_MAX)
+                                    NEXT_TOKEN, PREDICTIONS, PREFILL, TOKEN_IDS, VERIFY,
+                                    VERIFY_MAX)
 from ..chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 from ..errors import KernRunError
 from ..generate import ONE, RuntimeLike
@@ -80,13 +87,15 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     vocab: int | None = None, table_pages: int | None = None,
                     on_token: Callable[[int], None] | None = None, capture: bool = True,
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
-                    clock: Callable[[], float] = time.perf_counter) -> SpecResult:
+                    clock: Callable[[], float] = time.perf_counter,
+                    chain: bool = False) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
     and the one-row decode). The arguments shared with ``generate`` mean the same;
     ``gpu_timer``: a factory of GPU timing events (:mod:`.dspark_timing`) for the GPU time
-    split, None for host clocks only."""
+    split, None for host clocks only; ``chain``: queue each round's verify behind its draft
+    without a host trip (module docstring)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -105,7 +114,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                        inputs=Inputs(max_tokens, vocab,
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
-                       timer=RoundTimer(gpu_timer) if gpu_timer is not None else None)
+                       timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
+                       chain=chain)
     loop.run(calls)
     return res
 
@@ -142,8 +152,8 @@ class _DSparkLoop(Emission):
     def __init__(self, rt: RuntimeLike, res: SpecResult, draft: DraftSpec, *, steps: int,
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
                  on_token: Callable[[int], None] | None, clock: Callable[[], float],
-                 inputs: Inputs, timer: RoundTimer | None) -> None:
-        self.rt, self.res, self.stats = rt, res, res.spec
+                 inputs: Inputs, timer: RoundTimer | None, chain: bool = False) -> None:
+        self.rt, self.res, self.stats, self.chain = rt, res, res.spec, chain
         self.block, self.steps, self.k, self.eos, self.eager = draft.block, steps, k, eos, eager
         self.capacity, self.on_token, self.clock = capacity, on_token, clock
         self.inputs, self.timer, self.graph = inputs, timer, not eager
@@ -227,21 +237,24 @@ class _DSparkLoop(Emission):
         self.launch(DRAFT, p, B, self.graph)
         if timer is not None:
             timer.mark(1)
-        read = rt.read_async(DRAFT_TOKENS, syms[B])
-        self.flush()                              # stream the last round's tokens meanwhile
-        drafts = read.wait().reshape(-1)[:m].tolist()
-        t_b = self.clock()
-        if timer is not None:
-            timer.previous_precompute(self.stats)
         w = m + 1
-        self.seq[p + 1:p + w] = drafts
-        self.inputs.write(rt, self.seq[p:p + w], p)
-        if timer is not None:
-            timer.mark(2)
-        self.launch(VERIFY, p, w, self.graph)
-        if timer is not None:
-            timer.mark(3)
-        preds = rt.read_async(PREDICTIONS, syms[w]).wait().reshape(-1).tolist()
+        if self.chain:
+            drafts, preds, t_b = self.chained(p, m)
+        else:
+            read = rt.read_async(DRAFT_TOKENS, syms[B])
+            self.flush()                          # stream the last round's tokens meanwhile
+            drafts = read.wait().reshape(-1)[:m].tolist()
+            t_b = self.clock()
+            if timer is not None:
+                timer.previous_precompute(self.stats)
+            self.seq[p + 1:p + w] = drafts
+            self.inputs.write(rt, self.seq[p:p + w], p)
+            if timer is not None:
+                timer.mark(2)
+            self.launch(VERIFY, p, w, self.graph)
+            if timer is not None:
+                timer.mark(3)
+            preds = rt.read_async(PREDICTIONS, syms[w]).wait().reshape(-1).tolist()
         self.t_last = t_c = self.clock()
         j, stop = self.accept(drafts, preds)
         # carry rows 0 … j: verify's accepted rows (none when no round follows: the plain
@@ -258,6 +271,29 @@ class _DSparkLoop(Emission):
         self.stats.split(t_b - t_a, t_c - t_b, t_d - t_c)
         self.stats.round_s += t_d - t_a
         return stop
+
+    def chained(self, p: int, m: int) -> tuple[list[int], list[int], float]:
+        """Verify queued behind the draft: its inputs written (rows 1 … m of ``token_ids``
+        then replaced on the device by the drafts), launched, and both outputs read once.
+        (drafts, predictions, the host clock once verify is queued)."""
+        rt, timer, w = self.rt, self.timer, m + 1
+        self.inputs.write(rt, self.seq[p:p + w], p)     # rows 1 … m: overwritten just below
+        rt.copy(TOKEN_IDS, DRAFT_TOKENS, self.syms[m], dst_row=1)
+        if timer is not None:
+            timer.mark(2)
+        self.launch(VERIFY, p, w, self.graph)
+        if timer is not None:
+            timer.mark(3)
+        t_b = self.clock()
+        read = rt.read_async(DRAFT_TOKENS, self.syms[self.block])
+        pred = rt.read_async(PREDICTIONS, self.syms[w])
+        self.flush()                              # stream the last round's tokens meanwhile
+        drafts = read.wait().reshape(-1)[:m].tolist()
+        preds = pred.wait().reshape(-1).tolist()
+        if timer is not None:
+            timer.previous_precompute(self.stats)
+        self.seq[p + 1:p + w] = drafts
+        return drafts, preds, t_b
 
     def accept(self, drafts: list[int], preds: list[int]) -> tuple[int, bool]:
         """Emit the round in one go: up to the first EOS (dropped, and the run ends), or all

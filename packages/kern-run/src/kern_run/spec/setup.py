@@ -74,13 +74,14 @@ def gpu_timer_for(rt: object) -> Callable[[], object] | None:
     return lambda: timing_event(rt)
 
 
-def speculate(plan: SpecPlan, rt: object | None = None,
-              gpu_times: bool = False) -> Callable[..., SpecResult]:
+def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
+              chain: bool = False) -> Callable[..., SpecResult]:
     """The loop of ``plan`` taking :func:`~kern_run.generate.generate`'s arguments (for
     :func:`~kern_run.spec.check.spec_check`'s ``speculate`` or a direct call).
-    ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round)."""
+    ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round);
+    ``chain``: DSpark's verify queued behind its draft (:mod:`.dspark`)."""
     if plan.drafter == "dspark":
         timer = gpu_timer_for(rt) if gpu_times and rt is not None else None
         return partial(dspark_generate, draft=plan.draft, k=plan.k,
-                       verify_max=plan.verify_max, gpu_timer=timer)
+                       verify_max=plan.verify_max, gpu_timer=timer, chain=chain)
     return partial(spec_generate, k=plan.k, ngram=plan.ngram, verify_max=plan.verify_max)
