@@ -79,6 +79,22 @@ def test_eager_equals_graphs_and_chunking(loaded):
     assert a.tokens == b.tokens == c.tokens and a.spec.rounds > 0
 
 
+def test_chained_rounds_equal_the_unchained(loaded):
+    """Verify queued behind the draft (its drafts copied on the device into token_ids rows
+    1 … m) runs the same kernels on the same inputs: the same tokens, rounds and acceptance
+    as the loop that reads the drafts first, with graphs and eagerly."""
+    from kern_run.spec.setup import speculate
+    rt, info, tok, limit, plan = loaded
+    for text in PROMPTS:
+        ids = tok.encode(tok.chat_prompt(text))
+        base = _common(info, tok, limit, steps=96, eos=tok.eos_ids)
+        a = speculate(plan, rt)(rt, ids, **base)
+        b = speculate(plan, rt, chain=True)(rt, ids, **base)
+        c = speculate(plan, rt, chain=True)(rt, ids, **{**base, "eager": True})
+        assert a.tokens == b.tokens == c.tokens and a.spec.rounds > 0
+        assert a.spec.round_log == b.spec.round_log == c.spec.round_log
+
+
 def test_capacity_edge_on_the_gpu(loaded):
     """prompt + steps = the whole run's positions: the last rounds give way to plain decode
     before the draft's block passes the capacity; still plain greedy's tokens."""
