@@ -50,7 +50,11 @@
 //     c2 [m, n2], each with its own row stride: one launch for the q, k and v GEMMs of a
 //     many-row program whose captured readers expect unmerged [rows, n_part] outputs.
 //     n0 and n1 are multiples of 16 (a block's columns lie in one part), else it traps.
-//   Both compute every dot product exactly as kern_gemv_bf16 with the same NW does.
+//   kern_gemv_acc_bf16(a, w, c, m, n, k): c [m, n] += a . w^T in place (the interface of
+//     `extern:cublaslt_bf16_tn_acc`, beta = 1): each dot product in f32 plus the old c
+//     element in f32, rounded once, as cuBLASLt's D = A.B + C.  DSpark's tap projections
+//     (4 or 8 accumulating GEMMs a verify) and its Markov head (one a draft row).
+//   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
 // Programmatic dependent launch: the first batch of W is requested before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
@@ -274,6 +278,27 @@ kern_gemv_split3_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ 
         const int mi = i / kCols, col = i % kCols;
         if (m0 + mi < m && j0 + col < n) {
             c[(size_t)(m0 + mi) * width + (j0 - start) + col] = __float2bfloat16_rn(warp_sum<1>(red, 0, mi, col));
+        }
+    }
+}
+
+// c[m, n] += a[m, k] . w[n, k]^T: each c element is read and written by the one thread that
+// owns it, after the block's dot product is complete (in place is safe).
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_acc_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                   __nv_bfloat16* c, int m, int n, int k) {
+    __shared__ float red[kMaxWarps][1][kRows][kCols];
+    check_launch(a, w, k);
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+    const int base[1] = {n0}, lim[1] = {n};
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        const float s = warp_sum<1>(red, 0, mi, col);
+        if (m0 + mi < m && n0 + col < n) {
+            __nv_bfloat16* o = c + (size_t)(m0 + mi) * n + n0 + col;
+            *o = __float2bfloat16_rn(s + __bfloat162float(*o));
         }
     }
 }

@@ -59,6 +59,40 @@ def test_tiny_draft_generates_and_verifies_clean(target):
     assert "## DSpark draft" in r.readme.decode()
 
 
+def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
+    """``--gemm-acc gemv``: the taps of decode_spec / verify and the draft's Markov head run
+    the own kern_gemv_acc_bf16 (the extern's interface, one kernel per program and shape);
+    every dispatch is otherwise the same, prefill's taps stay cuBLASLt; verifies clean."""
+    import json
+    from kern_gen.llama.gemm import ACC_PARAMS, ACC_SYMBOL, gemv_warps
+    kw = dict(mined=target["mined"], own_cubins=own_committed(target["out"]))
+    spec = tiny(target["cfg"])
+    docs = [json.loads(generate(target["cap"], target["cfg_path"], extension=DSpark(spec),
+                                gemm_acc=acc, **kw).manifest) for acc in ("cublaslt", "gemv")]
+    plain, acc = docs
+    assert kern_manifest.verify(kern_manifest.from_obj(acc)) == []
+    swapped = 0
+    for prog in ORDER:
+        for x, y in zip(plain["programs"][prog]["dispatches"],
+                        acc["programs"][prog]["dispatches"], strict=True):
+            if x == y:
+                continue
+            assert x["kernel"] == "gemm_acc" and x["args"] == y["args"], (prog, x["label"])
+            assert prog in ("decode_spec", "verify", "draft")
+            n, k = x["args"][4]["i32"], x["args"][5]["i32"]
+            assert y["kernel"] == f"{prog}.gemm_acc.{n}x{k}"
+            kern = acc["kernels"][y["kernel"]]
+            (st,) = kern["impl"]["steps"]
+            assert kern["params"] == ACC_PARAMS and st["symbol"] == ACC_SYMBOL
+            assert st["block"] == [32 * gemv_warps(n, k), 1, 1] and st["cubin"] == "gemv.cubin"
+            swapped += 1
+    assert swapped and any(d["kernel"] == "gemm_acc"
+                           for d in acc["programs"]["prefill"]["dispatches"])
+    with pytest.raises(WiringError, match=r"--gemm-acc `fast`: choose one of cublaslt, gemv"):
+        generate(target["cap"], target["cfg_path"], extension=DSpark(spec), gemm_acc="fast",
+                 **kw)
+
+
 def _terms(progs, name: str, cfg) -> dict[int, list[frozenset]]:
     """Symbolic replay of a tapped program: each buffer holds the set of residual terms it
     sums (``e`` the embedding, ``a<j>`` / ``m<j>`` layer j's o_proj / down_proj output); a

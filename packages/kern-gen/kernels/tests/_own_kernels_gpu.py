@@ -124,6 +124,14 @@ class Kernels:
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
 
+    def gemv_acc(self, a, w, c, warps=None):
+        """c[m, n] += a[m, k] @ w[n, k]^T in place (ABI.md 4c)."""
+        m, (n, k) = a.shape[0], w.shape
+        warps = gemv_warps(n, k) if warps is None else warps
+        f = self.fn("gemv.cubin", "kern_gemv_acc_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
+          (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
+
     def gemv_silu(self, a, w, c, warps):
         """c[m, n] = silu(a @ w[:n]^T) * (a @ w[n:]^T), w [2n, k] (ABI.md 4a)."""
         m, (n2, k) = a.shape[0], w.shape

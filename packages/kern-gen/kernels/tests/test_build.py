@@ -148,13 +148,16 @@ ROPE_KV_PARAMS = {
                                 "i32", "i32", "i32", "i32", "i64", "f32"],
 }
 
-# The fused GEMVs (ABI.md 4a, 4b) exactly as kern-gen emits them (kern_gen.llama.gemm).
+# The fused and accumulating GEMVs (ABI.md 4a, 4b, 4c) exactly as kern-gen emits them
+# (kern_gen.llama.gemm).
 FUSED_GEMV_PARAMS = {
     "kern_gemv_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",
                             "i32", "i32"],
     "kern_gemv_split3_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
                               "out buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32",
                               "i32", "i32"],
+    "kern_gemv_acc_bf16": ["in buffer<bf16>", "in buffer<bf16>", "inout buffer<bf16>", "i32",
+                           "i32", "i32"],
 }
 
 
@@ -163,7 +166,8 @@ def test_fused_gemv_params_are_documented_and_the_generators():
     PARAMS, SPLIT_PARAMS = gemm.PARAMS, gemm.SPLIT_PARAMS
     doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
     assert FUSED_GEMV_PARAMS == {"kern_gemv_silu_bf16": PARAMS,
-                                 "kern_gemv_split3_bf16": SPLIT_PARAMS}
+                                 "kern_gemv_split3_bf16": SPLIT_PARAMS,
+                                 "kern_gemv_acc_bf16": gemm.ACC_PARAMS}
     for params in FUSED_GEMV_PARAMS.values():
         assert tuple(params) in doc_lists
 

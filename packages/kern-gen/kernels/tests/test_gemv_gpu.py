@@ -314,3 +314,38 @@ def test_gemv_split3(env, widths, k, m):
         want = _run(torch, kern, a, w[row:row + x].contiguous(), warps=warps)
         assert torch.equal(buf[:m * x].view(m, x), want), f"part at row {row}"
         row += x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k,m", [(576, 576, 8), (2560, 2560, 8), (2560, 2560, 1),
+                                   (49152, 64, 1), (151936, 64, 1), (1000, 576, 3)])
+def test_gemv_acc(env, n, k, m):
+    """kern_gemv_acc_bf16 (ABI.md 4c): C += A·Wᵀ in place, against a float64 reference of
+    C₀ + A·Wᵀ with the plain GEMV's bound, no worse than cuBLAS's bf16 addmm (β = 1); a
+    NaN guard after C stays untouched; C₀ = 0 gives the plain GEMV's bits."""
+    torch, _, kern = env
+    a, w = _inputs(torch, n, k, m, seed=7 * n + k + m)
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    c0 = torch.randn((m, n), generator=g, device="cuda").to(torch.bfloat16)
+    buf = torch.full((m * n + GUARD,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    buf[:m * n] = c0.reshape(-1)
+    kern.gemv_acc(a, w, buf)
+    torch.cuda.synchronize()
+    assert torch.isnan(buf[m * n:]).all(), "wrote past C[m, n]"
+    got = buf[:m * n].view(m, n)
+    ref = c0.double() + a.double() @ w.double().T
+    cub = torch.addmm(c0, a, w.T)
+    torch.cuda.synchronize()
+    scale = ref.abs().max().item()
+    o_max, o_mean = _errors(torch, got, ref)
+    c_max, c_mean = _errors(torch, cub, ref)
+    _report(f"gemv_acc n{n} k{k} m{m}: max_abs={o_max:.3e} mean_abs={o_mean:.3e} | cuBLAS "
+            f"addmm: max {c_max:.3e} mean {c_mean:.3e} | max|ref|={scale:.3f}")
+    bound = ref.abs() * 2.0 ** -8 + scale * 2.0 ** -12 + 1e-6
+    assert not ((got.double() - ref).abs() > bound).any()
+    slack = scale * 2.0 ** -16
+    assert o_max <= 1.5 * c_max + slack and o_mean <= 1.2 * c_mean + slack
+    zero = torch.zeros((m, n), dtype=torch.bfloat16, device="cuda")
+    kern.gemv_acc(a, w, zero)
+    torch.cuda.synchronize()
+    assert torch.equal(zero, _run(torch, kern, a, w))

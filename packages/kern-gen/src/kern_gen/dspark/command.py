@@ -12,7 +12,7 @@ from kern_manifest import KernError, fail
 from ..llama import repo
 from ..llama.command import PRESETS, _below_cwd
 from ..llama.errors import WiringError
-from ..llama.gemm import DEFAULT_GEMM, GEMM_IMPLS
+from ..llama.gemm import DEFAULT_ACC, DEFAULT_GEMM, GEMM_IMPLS
 from ..llama.pipeline import write
 from .generate import generate
 
@@ -40,6 +40,10 @@ def dspark_command(
     fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fusions "
                                        "in the few-row programs (rope + K/V writes, "
                                        "the fused GEMVs)")] = True,
+    gemm_acc: Annotated[str, typer.Option(help="accumulating GEMMs (taps, Markov head) of the "
+                                          "few-row programs: cublaslt (the β = 1 extern) or "
+                                          "gemv (kern's own kern_gemv_acc_bf16)")]
+        = DEFAULT_ACC,
 ) -> None:
     """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
     try:
@@ -57,7 +61,9 @@ def dspark_command(
         config = repo.find(cfg0, "config") if config is None else repo.given(config, "config")
         extra = (f" --gemm {gemm}" if gemm != DEFAULT_GEMM else "") + ("" if fuse else
                                                                         " --no-fuse")
+        extra += f" --gemm-acc {gemm_acc}" if gemm_acc != DEFAULT_ACC else ""
         r = generate(capture, config, draft, label=label, nvcc=nvcc, gemm=gemm, fuse=fuse,
+                     gemm_acc=gemm_acc,
                      command=f"uv run --frozen kern-gen dspark {target}{extra}")
     except KernError as exc:
         fail("kern-gen dspark", exc)

@@ -59,7 +59,9 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
         "- The draft layers are the target's captured layer kernels on `draft.layers.{j}` "
         "weights and `draft.kv.L{j}` states; `draft` ends with the target's next input-norm "
         "kernel on `draft.norm.weight`, the shared lm_head on every row and the Markov head "
-        f"unrolled {spec.block}x (own gather, cuBLASLt β = 1 GEMM, own argmax); "
+        f"unrolled {spec.block}x (own gather, "
+        f"{'own accumulating GEMV' if asm.acc_impl == 'gemv' else 'cuBLASLt β = 1 GEMM'}, "
+        f"own argmax); "
         "`draft_precompute` runs layer 0's plain RMSNorm kernel on `carry` "
         "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path.",
         "- No own kernel was added for the draft: the non-causal block is the caller's "

@@ -70,6 +70,7 @@ class Assembler:
     def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own: dict[str, bytes],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
                  gemm_impl: str = "cublaslt", attention: str = "split",
+                 acc_impl: str = "cublaslt",
                  extra_weights: dict[str, list[int]] | None = None,
                  extra_states: dict[str, int] | None = None) -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
@@ -82,6 +83,7 @@ class Assembler:
         self._pdl: dict[tuple[str, str, bool], bool] = {}   # (cubin, symbol, rule) -> pdl
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
+        self.acc_impl = acc_impl        # the few-row programs' C += A·Wᵀ (gemm.ACC_IMPLS)
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
         self.buffers: dict[str, dict[str, Any]] = {}

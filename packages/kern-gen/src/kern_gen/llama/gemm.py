@@ -30,7 +30,12 @@ CUBLASLT = "extern:cublaslt_bf16_tn"
 CUBLASLT_ACC = "extern:cublaslt_bf16_tn_acc"
 ACC_PARAMS = [*PARAMS[:2], "inout buffer<bf16>", *PARAMS[3:]]
 """``[a, w, c, m, n, k]`` with ``C += A·Wᵀ`` (β = 1): the accumulating GEMM (DSpark's tap
-projections and Markov head); cuBLASLt only (the own GEMV has no β)."""
+projections and Markov head): cuBLASLt, or in the few-row programs the own
+``kern_gemv_acc_bf16`` (:data:`ACC_IMPLS`)."""
+ACC_SYMBOL = "kern_gemv_acc_bf16"
+ACC_IMPLS = ("cublaslt", "gemv")
+"""``--gemm-acc`` choices (kern-gen dspark); the default stays ``cublaslt`` until measured."""
+DEFAULT_ACC = "cublaslt"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
@@ -104,16 +109,27 @@ def _m(rows: Any) -> dict[str, Any]:
 
 def gemm_acc(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     """``C += A·Wᵀ`` (args ``a``, ``w``, ``acc``; ``m`` = the op's ``rows`` if given, else the
-    program's): the cuBLASLt β = 1 extern, one kernel ``gemm_acc`` for every program."""
+    program's): the cuBLASLt β = 1 extern (one kernel ``gemm_acc`` for every program), or with
+    ``--gemm-acc gemv`` in the few-row programs the own ``kern_gemv_acc_bf16`` per shape
+    (``<program>.gemm_acc.<n>x<k>``)."""
     a = op.args
     rows = a.get("rows", rows)
+    n, k = a["n"], a["k"]
+    args = [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["acc"]), _m(rows), {"i32": n},
+            {"i32": k}]
+    if asm.acc_impl == "gemv" and program in FEW_ROWS:
+        _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
+        nw = gemv_warps(n, k)
+        st = _gemv_step(asm, ACC_SYMBOL, ACC_PARAMS, n, nw, rows)
+        name = asm.kernel_named(f"{program}.gemm_acc.{n}x{k}",
+                                {"params": ACC_PARAMS, "impl": {"steps": [st]}},
+                                f"own `{ACC_SYMBOL}` (C += A·Wᵀ, {nw} warps)")
+        return {"label": op.label, "kernel": name, "args": args}
     st = asm.extern_step(CUBLASLT_ACC, params=ACC_PARAMS, block=[1, 1, 1], grid=[1, 1, 1],
                          args=[{"arg": i} for i in range(6)])
     name = asm.kernel("gemm_acc", {"params": ACC_PARAMS, "impl": {"steps": [st]}},
                       f"extern cuBLASLt, accumulating (`{CUBLASLT_ACC}`)")
-    return {"label": op.label, "kernel": name,
-            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["acc"]), _m(rows),
-                     {"i32": a["n"]}, {"i32": a["k"]}]}
+    return {"label": op.label, "kernel": name, "args": args}
 
 
 def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
-from .gemm import DEFAULT_GEMM, check_impl
+from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, check_impl
 from .own import DEFAULT_ATTENTION
 from .kv import LAYOUT, KVLayout
 from .ir import Program
@@ -131,11 +131,14 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True) -> Result:
+             fuse: bool = True, gemm_acc: str = DEFAULT_ACC) -> Result:
     """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`), with
     ``fuse`` their fused GEMVs (:mod:`.fuse`); ``attention``: the decode attention
-    (:data:`.own.DECODE_ATTENTION`); ``extension``: its programs replace the plain ones."""
+    (:data:`.own.DECODE_ATTENTION`); ``extension``: its programs replace the plain ones;
+    ``gemm_acc``: the few-row programs' accumulating GEMMs (:data:`.gemm.ACC_IMPLS`)."""
     check_impl(gemm)
+    if gemm_acc not in ACC_IMPLS:
+        raise WiringError(f"--gemm-acc `{gemm_acc}`: choose one of {', '.join(ACC_IMPLS)}")
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -172,6 +175,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
+                    acc_impl=gemm_acc,
                     extra_weights=extension.weights(cfg) if extension else None,
                     extra_states=extension.states(kv) if extension else None)
     doc = asm.manifest(programs, tmax)
