@@ -24,7 +24,7 @@ from kern_weights.arrays import STORAGE, from_bf16, to_bf16
 
 from .errors import CallerError
 
-__all__ = ["HOST_DTYPES", "from_bf16", "host_view", "to_bf16"]
+__all__ = ["HOST_DTYPES", "from_bf16", "host_view", "row_offset", "to_bf16"]
 
 #: Host dtype ``read`` returns for each manifest dtype (its numpy storage).
 HOST_DTYPES: dict[str, np.dtype] = {d: STORAGE[d] for d in DTYPE_SIZES}
@@ -107,3 +107,15 @@ def check_domain(name: str, dom: Domain, flat: np.ndarray, capacity: int | None)
                       where=f"buffer `{name}`",
                       help="positions must lie below the capacity and the model's "
                            "position limit")
+
+
+def row_offset(where: str, buf: Buffer, row: int, max_values: Mapping[str, int]) -> int:
+    """Byte offset of row ``row`` of ``buf`` (a row: its shape without the leading dimension,
+    which must be a symbol; the rest at ``max_values``), e.g. where ``Runtime.copy`` lands."""
+    if row == 0:
+        return 0
+    if row < 0 or not buf.shape or not isinstance(buf.shape[0], str):
+        raise CallerError(f"{where} at row {row}: rows count from 0 along a leading symbol "
+                          f"dimension (shape {list(buf.shape)})")
+    rest = shape_at(buf.shape[1:], max_values)
+    return row * math.prod(rest) * DTYPE_SIZES[buf.dtype]

@@ -40,7 +40,7 @@ from .artifacts import Resolution, resolve_steps
 from .device import Backend, Device, check_backend, open_device
 from .errors import CallerError
 from .gemm import row_major_tn
-from .hostdata import HOST_DTYPES, host_view
+from .hostdata import HOST_DTYPES, host_view, row_offset
 from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, compile_program,
                          graph_key, shared_mem_max)
 from .prepare import Prepared, prepare
@@ -256,8 +256,7 @@ class Runtime:
         view = host_view(name, b, array, self.vm.sym_max, self.plan.capacity)
         st = self._staging.get(name)
         if st is None:
-            st = (self._dev.pinned(self.plan.buffers[name].nbytes),
-                  self._dev.event(timing=False))
+            st = (self._dev.pinned(self.plan.buffers[name].nbytes), self._dev.event(timing=False))
             self._staging[name] = st
             pending = False
         else:
@@ -315,32 +314,20 @@ class Runtime:
     def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None, *,
              dst_row: int = 0) -> None:
         """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
-        into input or carry buffer ``dst`` of the same dtype, at its row ``dst_row`` (a row:
-        ``dst``'s shape without its leading dimension, which must be a symbol; 0: the
-        prefix), ordered like
-        :meth:`write` (e.g. decode's ``next_token`` into the next step's ``token_ids``, a
-        draft's tokens behind verify's first row)."""
-        s = self._buffer(src)
-        d = self._writable(dst, f"copy into `{dst}`: it")
+        into input or carry buffer ``dst`` (same dtype) from row ``dst_row`` (see
+        :func:`.hostdata.row_offset`), ordered like :meth:`write`."""
+        s, d = self._buffer(src), self._writable(dst, f"copy into `{dst}`: it")
+        where = f"copy `{src}` into `{dst}`"
         if s.dtype != d.dtype:
             raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
                               f"differ")
         *_, n = self._extent(src, symbols, f"copy `{src}`")
-        off = 0
-        if dst_row:
-            if dst_row < 0 or not d.shape or not isinstance(d.shape[0], str):
-                raise CallerError(f"copy `{src}` into `{dst}` at row {dst_row}: rows count "
-                                  f"from 0 along a leading symbol dimension (shape "
-                                  f"{list(d.shape)})")
-            row_shape, dtype, _ = self._extent(dst, None, f"copy into `{dst}`")
-            off = dst_row * int(np.prod(row_shape[1:], dtype=np.int64)) * dtype.itemsize
-        room = self.plan.buffers[dst].nbytes
-        if off + n > room:
-            raise CallerError(f"copy `{src}` into `{dst}`: {n} bytes at byte {off} do not fit "
-                              f"its {room}")
+        off = row_offset(where, d, dst_row, self.vm.sym_max)
+        if off + n > (room := self.plan.buffers[dst].nbytes):
+            raise CallerError(f"{where}: {n} bytes at byte {off} do not fit its {room}")
         if n:
-            self._dev.d2d(self.addresses.buffers[dst] + off, self.addresses.buffers[src], n,
-                          self._stream, where=f"copy `{src}` into `{dst}`")
+            a = self.addresses.buffers
+            self._dev.d2d(a[dst] + off, a[src], n, self._stream, where=where)
 
     def synchronize(self) -> None:
         """Wait for all queued work (surfaces asynchronous kernel faults here)."""

@@ -126,26 +126,9 @@ def _fused(programs: list[Program], cfg: C.ModelConfig) -> list[Program]:
             for p in programs]
 
 
-def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
-             sidecar: Path | None = None, tokens_max: int | None = None,
-             label: str = "", command: str = "", nvcc: str | None = None,
-             own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
-             attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True, gemm_acc: str = DEFAULT_ACC) -> Result:
-    """``gemm``: the few-row programs' GEMM implementation (:data:`.gemm.GEMM_IMPLS`), with
-    ``fuse`` their fused GEMVs (:mod:`.fuse`); ``attention``: the decode attention
-    (:data:`.own.DECODE_ATTENTION`); ``extension``: its programs replace the plain ones;
-    ``gemm_acc``: the few-row programs' accumulating GEMMs (:data:`.gemm.ACC_IMPLS`)."""
-    check_impl(gemm)
-    if gemm_acc not in ACC_IMPLS:
-        raise WiringError(f"--gemm-acc `{gemm_acc}`: choose one of {', '.join(ACC_IMPLS)}")
-    facts = load(capture, mined, sidecar)
-    captured = C.from_hf(facts.sidecar["config"], "sidecar config")
-    cfg = C.load(config) if config else captured
-    C.compare(cfg, captured, str(config or "sidecar config"))
-    if cfg.model_type not in ARCHS:
-        raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
-    arch = ARCHS[cfg.model_type]
+def _captured_cache_len(facts: Facts, cfg: C.ModelConfig) -> int:
+    """The captured cache's positions, refused unless it is HF StaticCache in kern's
+    token-major layout holding the model's whole position limit."""
     cache = facts.sidecar["cache"]
     if cache.get("kind") != "static":
         raise WiringError(f"sidecar cache kind {cache.get('kind')!r}: the wiring assumes HF "
@@ -161,6 +144,33 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         raise WiringError(f"the captured cache holds {max_len} positions, the model's limit "
                           f"(max_position_embeddings) is {cfg.max_positions}: capture at the "
                           f"model's limit so that every capacity up to it is covered")
+    return max_len
+
+
+def _check_choices(gemm: str, gemm_acc: str) -> None:
+    check_impl(gemm)
+    if gemm_acc not in ACC_IMPLS:
+        raise WiringError(f"--gemm-acc `{gemm_acc}`: choose one of {', '.join(ACC_IMPLS)}")
+
+
+def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
+             sidecar: Path | None = None, tokens_max: int | None = None,
+             label: str = "", command: str = "", nvcc: str | None = None,
+             own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
+             attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
+             fuse: bool = True, gemm_acc: str = DEFAULT_ACC) -> Result:
+    """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
+    (:mod:`.gemm`), with ``fuse`` their fusions; ``attention``: the decode attention
+    (:data:`.own.DECODE_ATTENTION`); ``extension``: its programs replace the plain ones."""
+    _check_choices(gemm, gemm_acc)
+    facts = load(capture, mined, sidecar)
+    captured = C.from_hf(facts.sidecar["config"], "sidecar config")
+    cfg = C.load(config) if config else captured
+    C.compare(cfg, captured, str(config or "sidecar config"))
+    if cfg.model_type not in ARCHS:
+        raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
+    arch = ARCHS[cfg.model_type]
+    max_len = _captured_cache_len(facts, cfg)
     tmax = tokens_max or min(max_len, TOKENS_MAX)
     if tmax > max_len:
         raise WiringError(f"tokens.max {tmax} exceeds the captured cache length {max_len}")
