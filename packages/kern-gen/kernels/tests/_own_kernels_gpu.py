@@ -372,3 +372,16 @@ def rope64(torch, x, ang):
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], -1)
     return x * torch.cos(a) + rot * torch.sin(a)
+
+
+def check_rope(torch, label: str, got, ref) -> None:
+    """A rope kernel's bf16 output against its float64 reference: no NaN, within one bf16
+    ulp everywhere, equal to the rounded reference in more than 99 % of the elements."""
+    err = (got.double() - ref).abs()
+    ulp = torch.ldexp(torch.ones_like(ref), torch.frexp(ref)[1] - 8)   # bf16 ulp at |ref|
+    same = (got == ref.to(torch.bfloat16)).double().mean().item()
+    report(f"{label}: max err {(err / ulp).max().item():.3f} ulp, equal to the rounded "
+           f"reference {same:.4%}")
+    assert not torch.isnan(got.float()).any()
+    assert (err <= ulp).all(), f"{label}: more than one bf16 ulp off"
+    assert same > 0.99

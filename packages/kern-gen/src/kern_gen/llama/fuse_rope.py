@@ -83,15 +83,22 @@ def fuse_rope(prog: Program, cfg: ModelConfig) -> tuple[Program, int]:
     return replace(prog, ops=out, bufs={k: b for k, b in prog.bufs.items() if k in used}), fused
 
 
+def _window(ops: list[Op], j: int, parts: tuple[str, ...]) -> dict[str, Op] | None:
+    """The ``len(parts)`` adjacent mined ops from ``j`` if they are exactly ``parts`` of one
+    layer (any order), by role; else None."""
+    window = ops[j:j + len(parts)]
+    if len(window) < len(parts) or any(o.kind != "mined" for o in window):
+        return None
+    found = {o.label.partition(".")[2]: o for o in window}
+    layers = {o.label.partition(".")[0] for o in window}
+    return found if set(found) == set(parts) and len(layers) == 1 else None
+
+
 def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
     """The three adjacent rope ops of one layer starting at ``j`` (any order), if the q rope
     has the Llama shape (a read of q, a read of the angles, one output); else None."""
-    window = ops[j:j + 3]
-    if len(window) < 3 or any(o.kind != "mined" for o in window):
-        return None
-    parts = {o.label.partition(".")[2]: o for o in window}
-    layers = {o.label.partition(".")[0] for o in window}
-    if set(parts) != set(PARTS) or len(layers) != 1:
+    parts = _window(ops, j, PARTS)
+    if parts is None:
         return None
     # Llama: q, angles, out; Qwen3 (:data:`.rope_facts.NORM_OPS`): and the q norm's weight
     shape = tuple(len(parts[p].ptrs) for p in PARTS)
@@ -101,14 +108,8 @@ def _group(ops: list[Op], j: int) -> dict[str, Op] | None:
 def _group_split(ops: list[Op], j: int) -> dict[str, Op] | None:
     """The two adjacent rope ops of a dynamic program's layer at ``j`` (k rope + K/V writes,
     q rope; any order), if the q rope has the Llama shape (three pointers); else None."""
-    window = ops[j:j + 2]
-    if len(window) < 2 or any(o.kind != "mined" for o in window):
-        return None
-    parts = {o.label.partition(".")[2]: o for o in window}
-    layers = {o.label.partition(".")[0] for o in window}
-    if set(parts) != set(PARTS_SPLIT) or len(layers) != 1:
-        return None
-    if len(parts["q_rope"].ptrs) != 3 or len(parts["k_rope_cache"].ptrs) != 6:
+    parts = _window(ops, j, PARTS_SPLIT)
+    if parts is None or len(parts["q_rope"].ptrs) != 3 or len(parts["k_rope_cache"].ptrs) != 6:
         return None
     return parts
 

@@ -97,8 +97,8 @@ def fused(prog: Program, ops: list[Op], idx: list[int], cfg: ModelConfig) -> Op:
                               f"{sorted(r.buf or '' for r in got)}, not "
                               f"{sorted(r.buf or '' for r in refs)} (the q/k norm + rope chain "
                               f"on `{ops[split].label}`'s outputs)")
-    RF.angles_from_own_kernel(prog, ops, idx[-1], g["k_rope_cache"], {"in": [ang]},
-                              g["q_rope_sin"], ang)
+    RF.angles_from_own_kernel(prog, ops, idx[-1], g["k_rope_cache"],
+                              {"in": reads(g["k_rope_cache"])}, g["q_rope_sin"], ang)
     states = [r for d, r in writes(g["k_rope_cache"]) if r.state]
     if len(states) != 2:
         raise WiringError(f"{RF.at(prog, g['k_rope_cache'])}: writes {len(states)} states, "

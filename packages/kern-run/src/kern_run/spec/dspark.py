@@ -248,12 +248,7 @@ class _DSparkLoop(Emission):
             if timer is not None:
                 timer.previous_precompute(self.stats)
             self.seq[p + 1:p + w] = drafts
-            self.inputs.write(rt, self.seq[p:p + w], p)
-            if timer is not None:
-                timer.mark(2)
-            self.launch(VERIFY, p, w, self.graph)
-            if timer is not None:
-                timer.mark(3)
+            self.queue_verify(p, m)
             preds = rt.read_async(PREDICTIONS, syms[w]).wait().reshape(-1).tolist()
         self.t_last = t_c = self.clock()
         j, stop = self.accept(drafts, preds)
@@ -277,13 +272,7 @@ class _DSparkLoop(Emission):
         then replaced on the device by the drafts), launched, and both outputs read once.
         (drafts, predictions, the host clock once verify is queued)."""
         rt, timer, w = self.rt, self.timer, m + 1
-        self.inputs.write(rt, self.seq[p:p + w], p)     # rows 1 … m: overwritten just below
-        rt.copy(TOKEN_IDS, DRAFT_TOKENS, self.syms[m], dst_row=1)
-        if timer is not None:
-            timer.mark(2)
-        self.launch(VERIFY, p, w, self.graph)
-        if timer is not None:
-            timer.mark(3)
+        self.queue_verify(p, m, drafts_on_device=True)
         t_b = self.clock()
         read = rt.read_async(DRAFT_TOKENS, self.syms[self.block])
         pred = rt.read_async(PREDICTIONS, self.syms[w])
@@ -294,6 +283,19 @@ class _DSparkLoop(Emission):
             timer.previous_precompute(self.stats)
         self.seq[p + 1:p + w] = drafts
         return drafts, preds, t_b
+
+    def queue_verify(self, p: int, m: int, drafts_on_device: bool = False) -> None:
+        """Verify's inputs (``seq[p … p+m]``) written and verify launched; with
+        ``drafts_on_device`` rows 1 … m of ``token_ids`` are then copied from ``draft_tokens``
+        on the device (the host's rows there are stale)."""
+        self.inputs.write(self.rt, self.seq[p:p + m + 1], p)
+        if drafts_on_device:
+            self.rt.copy(TOKEN_IDS, DRAFT_TOKENS, self.syms[m], dst_row=1)
+        if self.timer is not None:
+            self.timer.mark(2)
+        self.launch(VERIFY, p, m + 1, self.graph)
+        if self.timer is not None:
+            self.timer.mark(3)
 
     def accept(self, drafts: list[int], preds: list[int]) -> tuple[int, bool]:
         """Emit the round in one go: up to the first EOS (dropped, and the run ends), or all
