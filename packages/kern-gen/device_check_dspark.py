@@ -76,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bench-sets", type=int, default=0, metavar="N",
                     help="llama + --draft: stages 3-4 also on the first N prompts of each "
                          "`kern-run bench --spec` set (chat-rendered)")
+    ap.add_argument("--chain", action="store_true",
+                    help="also the chained rounds (verify queued behind the draft): same "
+                         "tokens as the unchained loop, and their ms/token")
     return ap.parse_args(argv)
 
 
@@ -265,7 +268,16 @@ def main(argv=None) -> int:
         same = next((i for i, (x, y) in enumerate(zip(plain.tokens, sp.tokens)) if x != y),
                     min(len(plain.tokens), len(sp.tokens)))
         st = sp.spec
-        row = {"set": set_name, "n": len(ids), "identical": same, "of": len(plain.tokens),
+        chained = {}
+        if args.chain:
+            sc = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                 draft=ds, capacity=args.capacity, chain=True)
+            chained = {"chained_same": sc.tokens == sp.tokens,
+                       "chained_ms": 1e3 * sc.decode_s / max(sc.decode_tokens, 1)}
+            bad += not chained["chained_same"]
+            log(f"chained: tokens {'identical to' if chained['chained_same'] else 'DIFFER from'}"
+                f" the unchained loop's; {chained['chained_ms']:.3f} ms/token")
+        row = {**chained, "set": set_name, "n": len(ids), "identical": same, "of": len(plain.tokens),
                "plain_ms": 1e3 * plain.decode_s / max(plain.decode_tokens, 1),
                "spec_ms": 1e3 * sp.decode_s / max(sp.decode_tokens, 1),
                "stats": st.render() if hasattr(st, "render") else str(st)}

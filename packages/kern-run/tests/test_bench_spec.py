@@ -65,13 +65,13 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
         e = r["to_eos"]              # the second pass, both runs stopping at EOS
         assert e["bugs"] == [] and e["plain_ms_per_token"] > 0 and e["spec_ms_per_token"] > 0
         assert 1 <= e["tau"] <= 8 and 0 < e["rounds"] <= r["rounds"]
-        c = r["to_eos_chained"]      # that pass with verify queued behind the draft
+        c = r["to_eos_unchained"]    # that pass reading the drafts before verify
         assert c["bugs"] == [] and (c["tau"], c["rounds"]) == (e["tau"], e["rounds"])
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
     assert [r.case for r in rep.rows].count("dspark open-chat") == 6
     assert [r.case for r in rep.rows].count("dspark math-code") == 6
-    assert any("DSpark chained vs plain" in r.what for r in rep.rows)
+    assert any("DSpark unchained vs plain" in r.what for r in rep.rows)
     assert any("to the first EOS" in r.what and "as kern-run does" in r.note for r in rep.rows)
     mc = next(r for r in rep.rows if r.case == "dspark math-code" and "ms/token" in r.what)
     assert mc.target == "≥ 1.6x" and mc.note.endswith(("met", "MISSED"))

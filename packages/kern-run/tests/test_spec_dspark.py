@@ -109,12 +109,12 @@ def test_full_acceptance_call_sequence():
 
 @pytest.mark.parametrize("plan", [None, lambda r, p: 3, lambda r, p: 0])
 def test_chained_rounds_queue_verify_behind_the_draft(plan):
-    """chain: the same calls and tokens; between each draft and its verify the host waits for
+    """chain (the default): the same calls and tokens; between each draft and its verify the host waits for
     nothing, and the drafts reach verify's token_ids rows 1 … m by a device copy."""
     prompt = list(range(10, 20))
     plain = plain_run(prompt, steps=20, chunk=4)
-    ref, rt_ref = ds_run(prompt, plan=plan, steps=20, chunk=4)
-    res, rt = ds_run(prompt, plan=plan, steps=20, chunk=4, chain=True)
+    ref, rt_ref = ds_run(prompt, plan=plan, steps=20, chunk=4, chain=False)
+    res, rt = ds_run(prompt, plan=plan, steps=20, chunk=4)   # chained: the default
     same(res, plain)
     same(res, ref)
     assert seq(rt) == seq(rt_ref)

@@ -85,12 +85,13 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     prompts per set. No EOS stop, so every run has ``steps`` tokens; then the same prompts
     once more, both runs stopping at the first EOS as ``kern-run`` does for a user
     (``to_eos``: ms/token of both over what each generated, the speedup, τ), and that pass
-    again with the chained loop (verify queued behind the draft, ``to_eos_chained``)."""
+    again with the unchained loop (the drafts read before verify is launched,
+    ``to_eos_unchained``; the default loop queues verify behind the draft)."""
     from ..spec.setup import speculate
     common = dict(steps=steps, chunk=info.max_tokens, max_tokens=info.max_tokens, eos=(),
                   capacity=capacity, fixed_context=False, vocab=info.vocab)
     loop, timed = speculate(plan, rt), speculate(plan, rt, gpu_times=True)
-    chained = speculate(plan, rt, chain=True)
+    unchained = speculate(plan, rt, chain=False)
     sets = load_prompt_sets()
     ids = {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
            for name, prompts in sets.items()}
@@ -105,7 +106,7 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
             r.gpu = {k: s[k] for k in ("gpu_draft_ms_per_round", "gpu_verify_ms_per_round",
                                        "gpu_precompute_ms_per_round")}
         out[name] = r.as_dict()
-        for key, run in (("to_eos", loop), ("to_eos_chained", chained)):
+        for key, run in (("to_eos", loop), ("to_eos_unchained", unchained)):
             stop = SetResult(f"{name} to EOS")
             for p in prompts:
                 stop.add(spec_check(rt, p, speculate=run,
@@ -153,7 +154,7 @@ def dspark_rows(rep, sp: dict) -> None:
         rep.add(case, f"ms/token DSpark vs plain ({r['prompts']} prompts)",
                 f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
                 target="" if t is None else f"≥ {t}x", note=f"{f(sx, '.2f')}x{verdict}")
-        for key, what in (("to_eos", "DSpark"), ("to_eos_chained", "DSpark chained")):
+        for key, what in (("to_eos", "DSpark"), ("to_eos_unchained", "DSpark unchained")):
             e = r.get(key) or {}
             rep.add(case, f"ms/token to the first EOS, {what} vs plain",
                     f"{f(e.get('spec_ms_per_token'), '.3f')} vs "
