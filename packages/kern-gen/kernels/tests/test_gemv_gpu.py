@@ -179,7 +179,9 @@ def _pdl_launcher(torch, kern):
     except (OSError, AttributeError):
         return None
     fn = kern.fn("gemv.cubin", "kern_gemv_bf16")
-    handle = getattr(fn, "ptr", None)
+    # cupy's RawModule.get_function gives a RawKernel (its CUfunction is .kernel.ptr) or,
+    # in older cupy, a Function (.ptr)
+    handle = getattr(fn, "ptr", None) or getattr(getattr(fn, "kernel", None), "ptr", None)
     if handle is None:
         return None
 

@@ -45,8 +45,9 @@ def _make(preset: str):
         nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
         gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
                                           "(decode, verify): cublaslt (the runtime's cuBLASLt "
-                                          "extern) or gemv (kern's own GEMV kernel, "
-                                          "kernels/gemv.cu); prefill and batch always use "
+                                          "extern), gemv (kern's own GEMV kernel, "
+                                          "kernels/gemv.cu) or tma (its bulk-copy form, "
+                                          "kernels/gemv_tma.cu); prefill and batch always use "
                                           "cuBLASLt; the programs are the same either way")]
             = DEFAULT_GEMM,
         attention: Annotated[str, typer.Option(help="decode/verify/batch attention: split "
@@ -54,7 +55,8 @@ def _make(preset: str):
                                                "merge) or one-launch (the last split block "
                                                "merges); prefill always uses the flash "
                                                "kernel")] = DEFAULT_ATTENTION,
-        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv: fusions "
+        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
+                                           "fusions "
                                            "in the few-row programs: a Llama layer's rope + "
                                            "K/V writes in one launch, gate/up + "
                                            "SiLU*mul in one, verify's q/k/v in one")]

@@ -91,8 +91,48 @@ def gemv_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any]
     return {"steps": [st]}, f"own `{GEMV_SYMBOL}` (blocks of 16 columns x {nw} warps)"
 
 
+TMA_CUBIN = "gemv_tma.cubin"
+TMA_SYMBOLS = {"gemm": "kern_gemv_tma_bf16", "silu": "kern_gemv_tma_silu_bf16",
+               "split": "kern_gemv_tma_split3_bf16"}
+"""The bulk-copy GEMV's entry points (kernels/gemv_tma.cu, ABI.md 4d) by the gemv.cu kernel
+each one replaces under ``--gemm tma``: same parameters, same per-dot-product arithmetic."""
+TMA_BLOCK = [160, 1, 1]
+"""4 consumer warps + 1 producer warp (the kernel traps on another block)."""
+TMA_SMEM = {1: 67616, 2: 135200}
+"""Dynamic shared memory by W tiles per block (1: plain and split3, 2: the fused gate/up
+pair): 2 stages x 16 rows (32 fused) x (1024 x 2 + 64 padding) bytes + 4 mbarriers, as
+``kern_gemv_tma_smem`` reports (the GPU test checks the two agree)."""
+TMA_GRID_CAP = {1: 3 * 132, 2: 132}
+"""Persistent grid: at most this many blocks (the H200's 132 SMs x the blocks a SM holds with
+228 KB of shared memory: 3 unfused, 1 fused); any grid is correct (blocks stride over the
+16-column tiles), this one keeps every block resident."""
+
+
+def tma_step(asm: Assembler, kind: str, params: list[str], cols: int, rows: Any,
+             tiles: int = 1) -> dict[str, Any]:
+    """A step of a gemv_tma.cu kernel over ``cols`` output columns (``tiles`` W tiles per
+    block: 2 for the fused gate/up pair), 8 rows per grid y; weights only before its wait."""
+    gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
+    gx = min(-(-cols // GEMV_COLS), TMA_GRID_CAP[tiles])
+    return asm.own_step(TMA_CUBIN, TMA_SYMBOLS[kind], weights_first=True, params=params,
+                        block=TMA_BLOCK, grid=[gx, gy, 1], shared_mem=TMA_SMEM[tiles],
+                        args=[{"arg": i} for i in range(len(params))])
+
+
+def tma_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any], str]:
+    """The bulk-copy GEMV (kernels/gemv_tma.cu): a persistent grid of 160-thread blocks."""
+    if k % 8:
+        raise WiringError(f"GEMM n {n} k {k}: the own GEMV needs k % 8 == 0")
+    st = tma_step(asm, "gemm", PARAMS, n, rows)
+    return {"steps": [st]}, f"own `{TMA_SYMBOLS['gemm']}` (bulk-copy W stream)"
+
+
+OWN_GEMV = ("gemv", "tma")
+"""The impls that are kern's own GEMV (16-byte alignment checks; the fused variants)."""
+
 GemmImpl = Callable[["Assembler", Any, int, int], "tuple[dict[str, Any], str]"]
-GEMM_IMPLS: dict[str, GemmImpl] = {"cublaslt": cublaslt_impl, "gemv": gemv_impl}
+GEMM_IMPLS: dict[str, GemmImpl] = {"cublaslt": cublaslt_impl, "gemv": gemv_impl,
+                                   "tma": tma_impl}
 """``--gemm`` choice -> (assembler, rows, n, k) -> (impl, report source) of a few-row
 program's GEMM kernel; the wide programs' ``gemm`` is always ``cublaslt``."""
 
@@ -145,7 +185,7 @@ def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
         name = asm.kernel("gemm", {"params": PARAMS, "impl": impl}, source)
         return {"label": op.label, "kernel": name, "args": args}
     impl, source = GEMM_IMPLS[asm.gemm_impl](asm, rows, n, k)
-    if asm.gemm_impl == "gemv":
+    if asm.gemm_impl in OWN_GEMV:
         for ref, what in ((a["a"], "A"), (a["w"], "W")):
             if ref.offset % 16:
                 raise WiringError(f"{program}: {op.label}: {what} at byte offset {ref.offset}"
@@ -184,11 +224,15 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
-    nw = gemv_warps(2 * n, k)
-    st = _gemv_step(asm, SILU_SYMBOL, PARAMS, n, nw, rows)
+    if asm.gemm_impl == "tma":
+        st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
+        how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
+    else:
+        nw = gemv_warps(2 * n, k)
+        st = _gemv_step(asm, SILU_SYMBOL, PARAMS, n, nw, rows)
+        how = f"own `{SILU_SYMBOL}` (gate/up GEMV + SiLU·mul, {nw} warps)"
     name = asm.kernel_named(f"{program}.gemm_silu.{n}x{k}",
-                            {"params": PARAMS, "impl": {"steps": [st]}},
-                            f"own `{SILU_SYMBOL}` (gate/up GEMV + SiLU·mul, {nw} warps)")
+                            {"params": PARAMS, "impl": {"steps": [st]}}, how)
     return {"label": op.label, "kernel": name,
             "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]), _m(rows),
                      {"i32": n}, {"i32": k}]}
@@ -202,11 +246,15 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
     widths, k = (a["n0"], a["n1"], a["n2"]), a["k"]
     n = sum(widths)
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
-    nw = gemv_warps(n, k)
-    st = _gemv_step(asm, SPLIT_SYMBOL, SPLIT_PARAMS, n, nw, rows)
+    if asm.gemm_impl == "tma":
+        st = tma_step(asm, "split", SPLIT_PARAMS, n, rows)
+        how = f"own `{TMA_SYMBOLS['split']}` (q/k/v GEMV in one launch, bulk-copy W stream)"
+    else:
+        nw = gemv_warps(n, k)
+        st = _gemv_step(asm, SPLIT_SYMBOL, SPLIT_PARAMS, n, nw, rows)
+        how = f"own `{SPLIT_SYMBOL}` (q/k/v GEMV in one launch, {nw} warps)"
     name = asm.kernel_named(f"{program}.gemm_split.{'+'.join(map(str, widths))}x{k}",
-                            {"params": SPLIT_PARAMS, "impl": {"steps": [st]}},
-                            f"own `{SPLIT_SYMBOL}` (q/k/v GEMV in one launch, {nw} warps)")
+                            {"params": SPLIT_PARAMS, "impl": {"steps": [st]}}, how)
     return {"label": op.label, "kernel": name,
             "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c0"]), asm.arg(a["c1"]),
                      asm.arg(a["c2"]), _m(rows), *({"i32": x} for x in widths), {"i32": k}]}

@@ -26,7 +26,7 @@ from .arch import ARCHS, INV_FREQ
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
-from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, check_impl
+from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, OWN_GEMV, check_impl
 from .own import DEFAULT_ATTENTION
 from .kv import LAYOUT, KVLayout
 from .ir import Program
@@ -180,7 +180,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if extension is not None:
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
-    if gemm == "gemv" and fuse:
+    if gemm in OWN_GEMV and fuse:
         programs = _fused(programs, cfg)
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .arch import Arch
 from .config import ModelConfig
 from .facts import Facts
+from .gemm import DEFAULT_GEMM
 from .ir import Program
 from .kv import KVLayout
 
@@ -68,10 +69,14 @@ def _gemm_line(impl: str, fused: bool = False) -> str:
     per_shape = ("the few-row programs' GEMMs (decode, verify: one kernel per shape, "
                  "`decode.gemm.<n>x<k>` / `verify.gemm.<n>x<k>`)")
     wide = "those of prefill and batch (kernel `gemm`)"
-    if impl == "gemv":
-        line = (f"- **GEMM implementation** `--gemm gemv` (the default): {per_shape} through "
-                f"kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per "
-                f"shape), {wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` "
+    if impl in ("gemv", "tma"):
+        own = ("kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per "
+               "shape)" if impl == "gemv" else
+               "kern's own bulk-copy GEMV `kern_gemv_tma_bf16` (`kernels/gemv_tma.cu`, ABI.md "
+               "4d; a persistent grid, W streamed through shared-memory stages)")
+        line = (f"- **GEMM implementation** `--gemm {impl}`"
+                f"{' (the default)' if impl == DEFAULT_GEMM else ''}: {per_shape} through "
+                f"{own}, {wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` "
                 f"gives the same programs and kernel interfaces, only those kernels' impls "
                 f"differ.")
         if fused:
@@ -80,7 +85,10 @@ def _gemm_line(impl: str, fused: bool = False) -> str:
                      "SiLU·mul kernel are one `<program>.gemm_silu.<n>x<k>` launch "
                      "(`kern_gemv_silu_bf16`), and the dynamic programs' q/k/v GEMMs one "
                      "`<program>.gemm_split.<n0>+<n1>+<n2>x<k>` launch "
-                     "(`kern_gemv_split3_bf16`); ABI.md 4a/4b, `kern_gen/llama/fuse.py`.")
+                     "(`kern_gemv_split3_bf16`); ABI.md 4a/4b, `kern_gen/llama/fuse.py`"
+                     + (" (their bulk-copy forms `kern_gemv_tma_silu_bf16`, "
+                        "`kern_gemv_tma_split3_bf16` under `--gemm tma`)." if impl == "tma"
+                        else "."))
         return line
     return (f"- **GEMM implementation** `--gemm {impl}`: every GEMM through "
             f"cuBLASLt `extern:cublaslt_bf16_tn`: {per_shape} and {wide}. `--gemm gemv` (the "
