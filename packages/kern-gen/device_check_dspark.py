@@ -76,6 +76,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bench-sets", type=int, default=0, metavar="N",
                     help="llama + --draft: stages 3-4 also on the first N prompts of each "
                          "`kern-run bench --spec` set (chat-rendered)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also each round program's GPU time by kernel (torch.profiler, "
+                         "kern-run bench --profile's breakdown): decode, verify, draft")
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
+                    help="load without programmatic dependent launch")
+    ap.add_argument("--repeat", type=int, default=0, metavar="N",
+                    help="also plain, unchained and chained N more times each: identical "
+                         "tokens every time (a determinism check)")
     ap.add_argument("--chain", action="store_true",
                     help="also the chained rounds (verify queued behind the draft): same "
                          "tokens as the unchained loop, and their ms/token")
@@ -194,6 +202,35 @@ def offline_at_anchors(ref_target, ref, ids: list[int], sp) -> dict:
             "replay_tau": sum(replay) / max(len(replay), 1), "replay_rounds": len(replay)}
 
 
+def repeats(rt, ids, args, tmax, ds, plain, sp) -> dict[str, bool]:
+    """Run plain greedy, the unchained and the chained DSpark loop ``--repeat`` more times
+    each: does every run give the first run's tokens (the kernels are deterministic: a
+    difference is a race)?"""
+    from kern_run.generate import generate
+    from kern_run.spec.dspark import dspark_generate
+    common = dict(steps=args.steps, chunk=tmax, max_tokens=tmax, capacity=args.capacity)
+    first = {"plain": plain.tokens, "unchained": sp.tokens}
+    out = {}
+    for name in ("plain", "unchained", "chained"):
+        runs = []
+        for _ in range(args.repeat):
+            r = (generate(rt, ids, **common) if name == "plain" else
+                 dspark_generate(rt, ids, draft=ds, chain=name == "chained", **common))
+            runs.append(r.tokens)
+        ref = first.get(name, runs[0])
+        out[name] = all(t == ref for t in runs)
+    return out
+
+
+def profile_programs(rt, block: int, log) -> None:
+    """decode, verify (8 rows) and draft, each replayed back-to-back under torch.profiler on
+    the state the last loop left (every input valid), by kernel (kern_run.bench.profile)."""
+    from kern_run.bench.profile import STEPS, breakdown, record_program
+    for program, tokens in (("decode", 1), ("verify", 8), ("draft", block)):
+        b = breakdown(record_program(rt, program, {"tokens": tokens}, gpu=0), STEPS)
+        log(f"profile {program} (tokens {tokens}):\n  " + "\n  ".join(b.lines()))
+
+
 def bench_prompts(args, limit: int) -> list[tuple[str, list[int]]]:
     """The first ``limit`` prompts of each `kern-run bench --spec` set, chat-rendered and
     tokenized as the bench does (kern-run's GGUF tokenizer)."""
@@ -231,7 +268,7 @@ def main(argv=None) -> int:
     ref = reference_draft(args, model, draft)
     fc = ref.fc.weight.detach().float()                          # [d, 5d]
     rt = Runtime.load(ex / "manifest.json", ex / "kernels", weights=[str(weights), str(draft)],
-                      capacity=args.capacity)
+                      capacity=args.capacity, pdl=args.pdl)
     log("kern loaded")
     report = {"target": args.target, "draft": str(draft), "trained": spec.get("trained"),
               "wiring": [], "loop": []}
@@ -264,7 +301,7 @@ def main(argv=None) -> int:
         plain = generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
                          capacity=args.capacity)
         sp = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax, draft=ds,
-                             capacity=args.capacity)
+                             capacity=args.capacity, chain=False)
         same = next((i for i, (x, y) in enumerate(zip(plain.tokens, sp.tokens)) if x != y),
                     min(len(plain.tokens), len(sp.tokens)))
         st = sp.spec
@@ -277,6 +314,10 @@ def main(argv=None) -> int:
             bad += not chained["chained_same"]
             log(f"chained: tokens {'identical to' if chained['chained_same'] else 'DIFFER from'}"
                 f" the unchained loop's; {chained['chained_ms']:.3f} ms/token")
+        if args.repeat:
+            chained["repeats_same"] = same_runs = repeats(rt, ids, args, tmax, ds, plain, sp)
+            bad += not all(same_runs.values())
+            log(f"repeats x{args.repeat}: identical tokens {same_runs}")
         row = {**chained, "set": set_name, "n": len(ids), "identical": same, "of": len(plain.tokens),
                "plain_ms": 1e3 * plain.decode_s / max(plain.decode_tokens, 1),
                "spec_ms": 1e3 * sp.decode_s / max(sp.decode_tokens, 1),
@@ -298,6 +339,8 @@ def main(argv=None) -> int:
         log(f"loop n={len(ids)}: {same}/{len(plain.tokens)} identical; plain "
             f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "
             f"({row['plain_ms'] / max(row['spec_ms'], 1e-9):.2f}x)\n{row['stats']}")
+    if args.profile:
+        profile_programs(rt, spec["block"], log)
     rt.close()
     (args.out / "device_check_dspark.json").write_text(json.dumps(report, indent=1))
     log(f"done: {'FAIL' if bad else 'ok'} ({bad} bad)")

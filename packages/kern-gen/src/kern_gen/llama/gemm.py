@@ -119,8 +119,20 @@ def tma_step(asm: Assembler, kind: str, params: list[str], cols: int, rows: Any,
                         args=[{"arg": i} for i in range(len(params))])
 
 
+def tma_rows(asm: Assembler, rows: Any) -> bool:
+    """Does ``--gemm tma`` put this GEMM on the bulk-copy GEMV?  Only one-row GEMMs (decode,
+    decode_spec): in the multi-row programs (verify, draft) the H200 measured the DSpark loop
+    giving different tokens on identical runs with it (PDL on and off; plain decode
+    deterministic; cause not found, docs/measurements.md issue 16, session 15), so those keep
+    gemv.cu's kernels."""
+    return asm.gemm_impl == "tma" and rows == 1
+
+
 def tma_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any], str]:
-    """The bulk-copy GEMV (kernels/gemv_tma.cu): a persistent grid of 160-thread blocks."""
+    """The bulk-copy GEMV (kernels/gemv_tma.cu): a persistent grid of 160-thread blocks; the
+    register GEMV where :func:`tma_rows` says no."""
+    if not tma_rows(asm, rows):
+        return gemv_impl(asm, rows, n, k)
     if k % 8:
         raise WiringError(f"GEMM n {n} k {k}: the own GEMV needs k % 8 == 0")
     st = tma_step(asm, "gemm", PARAMS, n, rows)
@@ -224,7 +236,7 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
-    if asm.gemm_impl == "tma":
+    if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
     else:
@@ -246,7 +258,7 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
     widths, k = (a["n0"], a["n1"], a["n2"]), a["k"]
     n = sum(widths)
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
-    if asm.gemm_impl == "tma":
+    if tma_rows(asm, rows):
         st = tma_step(asm, "split", SPLIT_PARAMS, n, rows)
         how = f"own `{TMA_SYMBOLS['split']}` (q/k/v GEMV in one launch, bulk-copy W stream)"
     else:

@@ -73,7 +73,9 @@ def _gemm_line(impl: str, fused: bool = False) -> str:
         own = ("kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per "
                "shape)" if impl == "gemv" else
                "kern's own bulk-copy GEMV `kern_gemv_tma_bf16` (`kernels/gemv_tma.cu`, ABI.md "
-               "4d; a persistent grid, W streamed through shared-memory stages)")
+               "4d; a persistent grid, W streamed through shared-memory stages) in the "
+               "one-row programs and `kern_gemv_bf16` (`kernels/gemv.cu`) in the multi-row "
+               "ones (measured nondeterministic there, kern_gen/llama/gemm.py `tma_rows`)")
         line = (f"- **GEMM implementation** `--gemm {impl}`"
                 f"{' (the default)' if impl == DEFAULT_GEMM else ''}: {per_shape} through "
                 f"{own}, {wide} through cuBLASLt `extern:cublaslt_bf16_tn`. `--gemm cublaslt` "
@@ -86,8 +88,8 @@ def _gemm_line(impl: str, fused: bool = False) -> str:
                      "(`kern_gemv_silu_bf16`), and the dynamic programs' q/k/v GEMMs one "
                      "`<program>.gemm_split.<n0>+<n1>+<n2>x<k>` launch "
                      "(`kern_gemv_split3_bf16`); ABI.md 4a/4b, `kern_gen/llama/fuse.py`"
-                     + (" (their bulk-copy forms `kern_gemv_tma_silu_bf16`, "
-                        "`kern_gemv_tma_split3_bf16` under `--gemm tma`)." if impl == "tma"
+                     + (" (decode's gate/up through the bulk-copy "
+                        "`kern_gemv_tma_silu_bf16` under `--gemm tma`)." if impl == "tma"
                         else "."))
         return line
     return (f"- **GEMM implementation** `--gemm {impl}`: every GEMM through "
