@@ -72,6 +72,9 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
     assert [r.case for r in rep.rows].count("dspark open-chat") == 6
     assert [r.case for r in rep.rows].count("dspark math-code") == 6
     assert any("DSpark unchained vs plain" in r.what for r in rep.rows)
+    # the 128-step rows ran the default (chained) loop: its host split is queue / wait
+    assert all(r["chained"] for k, r in out.items() if not k.startswith("_"))
+    assert any(r.what == "round ms: queue / wait / host (chained)" for r in rep.rows)
     assert any("to the first EOS" in r.what and "as kern-run does" in r.note for r in rep.rows)
     mc = next(r for r in rep.rows if r.case == "dspark math-code" and "ms/token" in r.what)
     assert mc.target == "≥ 1.6x" and mc.note.endswith(("met", "MISSED"))

@@ -245,6 +245,15 @@ def test_time_split_tiles_the_round_and_gpu_events():
     d = s.as_dict()
     assert d["gpu_draft_ms_per_round"] == 1.0 and d["drafter"] == "dspark"
     assert len(s.lines()) == 4 and "τ" in s.lines()[0]
+    # the default loop is chained: its split is queue / wait; chain=False: draft / verify
+    assert d["chained"] and "= queue " in s.lines()[2] and "+ wait " in s.lines()[2]
+    ticks = iter(range(10_000))
+    res, _ = ds_run(prompt, rt=DSparkRuntime(block=7, mask=MASK, vocab=VOCAB,
+                                             plan=lambda r, p: 2),
+                    steps=30, chunk=8, clock=lambda: next(ticks), chain=False)
+    u = res.spec
+    assert not u.as_dict()["chained"] and "= draft " in u.lines()[2]
+    assert "+ verify " in u.lines()[2]
 
 
 def test_stats_conditional_acceptance():

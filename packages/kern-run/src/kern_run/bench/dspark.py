@@ -49,6 +49,7 @@ class DSparkSetResult(SetResult):
     draft_s: float = 0.0
     verify_s: float = 0.0
     gpu: dict | None = None           # the GPU split of one timed-with-events run
+    chained: bool = False             # the runs' loop queued verify behind the draft
 
     def add(self, report) -> None:
         super().add(report)
@@ -60,6 +61,7 @@ class DSparkSetResult(SetResult):
         self.tokens += len(report.plain.tokens)
         self.draft_s += st.draft_s
         self.verify_s += st.verify_s
+        self.chained = st.chained
         for i, r in enumerate(st.reached):
             if i >= len(self.reached):
                 self.reached.append(0)
@@ -74,7 +76,8 @@ class DSparkSetResult(SetResult):
                   "after_eos_share": self.after_eos / self.tokens if self.tokens else None,
                   "draft_ms_per_round": per(self.draft_s),
                   "verify_ms_per_round": per(self.verify_s),
-                  "host_ms_per_round": per(self.host_s), "gpu": self.gpu})
+                  "host_ms_per_round": per(self.host_s), "gpu": self.gpu,
+                  "chained": self.chained})
         return d
 
 
@@ -172,7 +175,8 @@ def dspark_rows(rep, sp: dict) -> None:
                 " ".join(f"{a:.2f}" for a in r["conditional"]) or "–",
                 note="unconditional " + (" ".join(f"{a:.2f}" for a in r["acceptance"]) or "–"))
         g = r.get("gpu") or {}
-        rep.add(case, "round ms: draft / verify / host",
+        rep.add(case, "round ms: queue / wait / host (chained)" if r.get("chained") else
+                "round ms: draft / verify / host",
                 f"{f(r['draft_ms_per_round'], '.3f')} / {f(r['verify_ms_per_round'], '.3f')} "
                 f"/ {f(r['host_ms_per_round'], '.3f')}",
                 f"GPU draft {f(g.get('gpu_draft_ms_per_round'), '.3f')}, verify "

@@ -106,7 +106,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     if capacity is not None:
         check_capacity(len(prompt), steps, capacity, fixed=fixed_context)
     widths = verify_widths(k, steps) if not eager else []
-    stats = DSparkStats(k=k, block=draft.block, widths=widths)
+    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     if capture:
         res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps)

@@ -20,6 +20,11 @@ reads of a round; the three spans tile the round, so they add up to ``round_s``:
 - ``host_s``: from ``predictions`` on the host to the return of the ``draft_precompute``
   launch: accept, emit, bookkeeping, the launch (its GPU time is in the next ``draft_s``).
 
+Chained rounds (``chained``, the default loop: verify is queued behind the draft and both
+are read at once) have one synchronising read, so the same two fields mean: ``draft_s`` the
+queueing (both programs' input writes and launches, the device copy of the drafts),
+``verify_s`` the wait for both on the GPU and the readback.
+
 With GPU events (a runtime offering ``timing_event``, see :mod:`.dspark`), ``gpu_*_ms`` hold
 the GPU time of each program alone, summed over rounds; None without them."""
 
@@ -43,6 +48,7 @@ class DSparkStats(SpecStats):
     gpu_rounds: int = 0                 # rounds whose draft/verify GPU times are summed
     gpu_precomputes: int = 0            # precomputes (after a round) whose GPU time is summed
     tail_reason: str | None = None      # why the run ended in plain decode steps, if it did
+    chained: bool = False               # verify queued behind the draft (module docstring)
 
     def record(self, drafts: int, accepted: int, tokens: int, span_s: float) -> None:
         super().record(drafts, accepted, tokens, span_s)
@@ -87,8 +93,21 @@ class DSparkStats(SpecStats):
                   "gpu_verify_ms_per_round": per(self.gpu_verify_ms, self.gpu_rounds),
                   "gpu_precompute_ms_per_round": per(self.gpu_precompute_ms,
                                                      self.gpu_precomputes),
-                  "tail_reason": self.tail_reason})
+                  "tail_reason": self.tail_reason, "chained": self.chained})
         return d
+
+    def split_line(self, f) -> str:
+        """The host-clock split of a round in words (chained or not: module docstring)."""
+        d, v = self.per_round_ms(self.draft_s), self.per_round_ms(self.verify_s)
+        h = f(self.per_round_ms(self.host_s), '.3f')
+        if self.chained:
+            return (f"round {f(self.ms_per_round, '.3f')} ms = queue {f(d, '.3f')} (draft "
+                    f"and verify launched, verify behind the draft) + wait {f(v, '.3f')} "
+                    f"(both on the GPU, incl. the previous precompute) + host {h} ms "
+                    f"(accept, emit, precompute launch)")
+        return (f"round {f(self.ms_per_round, '.3f')} ms = draft {f(d, '.3f')} (incl. the "
+                f"previous precompute's GPU time) + verify {f(v, '.3f')} + host {h} ms "
+                f"(accept, emit, precompute launch)")
 
     def lines(self) -> list[str]:
         def f(x: float | None, fmt: str) -> str:
@@ -101,11 +120,7 @@ class DSparkStats(SpecStats):
                f"steps{tail}",
                f"acceptance per draft position given the previous accepted: {acc}; "
                f"unconditional: {unc}",
-               f"round {f(self.ms_per_round, '.3f')} ms = draft "
-               f"{f(self.per_round_ms(self.draft_s), '.3f')} (incl. the previous "
-               f"precompute's GPU time) + verify {f(self.per_round_ms(self.verify_s), '.3f')} "
-               f"+ host {f(self.per_round_ms(self.host_s), '.3f')} ms (accept, emit, "
-               f"precompute launch)"]
+               self.split_line(f)]
         if self.gpu_rounds:
             g = self.as_dict()
             out.append(f"GPU per round: draft {f(g['gpu_draft_ms_per_round'], '.3f')}, "
