@@ -125,6 +125,13 @@ def test_example_steps_match_cubin_layouts(built):
             if sym in ROPE_KV_PARAMS:       # ABI.md 3d/3e, not in the example
                 assert cub.param_layout(sym) == layout(ROPE_KV_PARAMS[sym]), sym
                 continue
+            if sym in TMA_TWINS:            # ABI.md 4d: the parameters of its gemv.cu kernel
+                gemv = Cubin.read(out / "gemv.cubin")
+                assert cub.param_layout(sym) == gemv.param_layout(TMA_TWINS[sym]), sym
+                continue
+            if sym == "kern_gemv_tma_smem":  # the probe of its shared-memory sizes
+                assert cub.param_layout(sym) == layout(["out buffer<i32>"]), sym
+                continue
             twin = re.sub(r"_d64$", "_d128", sym)
             assert twin in seen, f"{sym} has no documented twin"
             assert cub.param_layout(sym) == cub.param_layout(twin), sym
@@ -150,6 +157,9 @@ ROPE_KV_PARAMS = {
 
 # The fused and accumulating GEMVs (ABI.md 4a, 4b, 4c) exactly as kern-gen emits them
 # (kern_gen.llama.gemm).
+TMA_TWINS = {"kern_gemv_tma_bf16": "kern_gemv_bf16", "kern_gemv_tma_silu_bf16":
+             "kern_gemv_silu_bf16", "kern_gemv_tma_split3_bf16": "kern_gemv_split3_bf16"}
+
 FUSED_GEMV_PARAMS = {
     "kern_gemv_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",
                             "i32", "i32"],
