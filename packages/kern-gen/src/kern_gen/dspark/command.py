@@ -10,9 +10,10 @@ import typer
 from kern_manifest import KernError, fail
 
 from ..llama import repo
-from ..llama.command import PRESETS, _below_cwd
+from ..llama.command import PRESETS, VERIFY_SPLITS_HELP, _below_cwd
 from ..llama.errors import WiringError
 from ..llama.gemm import DEFAULT_ACC, DEFAULT_GEMM, GEMM_IMPLS
+from ..llama.own import DEFAULT_VERIFY_SPLITS
 from ..llama.pipeline import write
 from .generate import generate
 
@@ -44,6 +45,7 @@ def dspark_command(
                                           "few-row programs: cublaslt (the β = 1 extern) or "
                                           "gemv (kern's own kern_gemv_acc_bf16)")]
         = DEFAULT_ACC,
+    verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)] = DEFAULT_VERIFY_SPLITS,
 ) -> None:
     """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
     try:
@@ -62,8 +64,10 @@ def dspark_command(
         extra = (f" --gemm {gemm}" if gemm != DEFAULT_GEMM else "") + ("" if fuse else
                                                                         " --no-fuse")
         extra += f" --gemm-acc {gemm_acc}" if gemm_acc != DEFAULT_ACC else ""
+        extra += (f" --verify-splits {verify_splits}"
+                  if verify_splits != DEFAULT_VERIFY_SPLITS else "")
         r = generate(capture, config, draft, label=label, nvcc=nvcc, gemm=gemm, fuse=fuse,
-                     gemm_acc=gemm_acc,
+                     gemm_acc=gemm_acc, verify_splits=verify_splits,
                      command=f"uv run --frozen kern-gen dspark {target}{extra}")
     except KernError as exc:
         fail("kern-gen dspark", exc)

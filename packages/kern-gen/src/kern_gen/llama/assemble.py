@@ -70,7 +70,7 @@ class Assembler:
     def __init__(self, facts: Facts, cfg: ModelConfig, kv: KVLayout, own: dict[str, bytes],
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
                  gemm_impl: str = "cublaslt", attention: str = "split",
-                 acc_impl: str = "cublaslt",
+                 acc_impl: str = "cublaslt", verify_splits: str = "divided",
                  extra_weights: dict[str, list[int]] | None = None,
                  extra_states: dict[str, int] | None = None) -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
@@ -84,6 +84,7 @@ class Assembler:
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
         self.acc_impl = acc_impl        # the few-row programs' C += A·Wᵀ (gemm.ACC_IMPLS)
+        self.verify_splits = verify_splits   # own.VERIFY_SPLITS
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
         self.buffers: dict[str, dict[str, Any]] = {}

@@ -14,7 +14,7 @@ from kern_manifest import KernError, fail
 from . import repo
 from .errors import WiringError
 from .gemm import DEFAULT_GEMM, GEMM_IMPLS
-from .own import DECODE_ATTENTION, DEFAULT_ATTENTION
+from .own import DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_SPLITS
 from .pipeline import generate, write
 
 PRESETS = {
@@ -61,6 +61,8 @@ def _make(preset: str):
                                            "K/V writes in one launch, gate/up + "
                                            "SiLU*mul in one, verify's q/k/v in one")]
             = True,
+        verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)]
+            = DEFAULT_VERIFY_SPLITS,
     ) -> None:
         shown = out
         try:
@@ -77,8 +79,10 @@ def _make(preset: str):
                 if given is not None:
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
-                         label=label, command=_command(preset, gemm, attention, fuse),
-                         nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse)
+                         label=label,
+                         command=_command(preset, gemm, attention, fuse, verify_splits),
+                         nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
+                         verify_splits=verify_splits)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
         write(r, out)
@@ -90,11 +94,19 @@ def _make(preset: str):
     return cmd
 
 
-def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True) -> str:
+VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DSpark draft: "
+                      "divided (a row gets s_min / rows splits) or decode (every row splits "
+                      "its keys as a decode row would)")
+
+
+def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True,
+             verify_splits: str = DEFAULT_VERIFY_SPLITS) -> str:
     """The command the README says regenerates the example (options that are not default)."""
     extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
     extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
     extra += "" if fuse else " --no-fuse"
+    extra += (f" --verify-splits {verify_splits}" if verify_splits != DEFAULT_VERIFY_SPLITS
+              else "")
     return f"uv run --frozen kern-gen {preset}{extra}"
 
 

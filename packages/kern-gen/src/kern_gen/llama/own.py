@@ -126,8 +126,10 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if decode is None:
         raise WiringError(f"--attention `{asm.attention}`: choose one of "
                           f"{', '.join(DECODE_ATTENTION)}")
+    extra = ([{"expr": {"mul": [TOK, decode_splits(asm.cfg.kv_heads)]}}]
+             if per_row_splits(asm, program, rows) else [])
     return {"label": op.label, "kernel": decode(asm, program, rows, strides),
-            "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"])]}
+            "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"]), *extra]}
 
 
 DECODE_IFACE = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
@@ -145,6 +147,11 @@ def _decode_geometry(asm: Assembler, rows: Any) -> tuple[int, int, int, int, int
             "tokens" if rows == TOK else rows)
 
 
+def _iface(asm: Assembler, program: str, rows: Any) -> list[str]:
+    """:data:`DECODE_IFACE`, plus the ``s_min`` i32 where :func:`per_row_splits`."""
+    return [*DECODE_IFACE, "i32"] if per_row_splits(asm, program, rows) else DECODE_IFACE
+
+
 def _partials(r: Any, H: int, S: int, D: int) -> dict[str, Any]:
     """The split partials' scratch, f32: (m, l) and the unnormalised accumulator."""
     return {"part_ml": {"dtype": "f32", "shape": [r, H, S, 2]},
@@ -157,7 +164,8 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
     is 4-7 µs per layer faster than the one-launch kernel (docs/measurements.md, issue 16)."""
     cfg = asm.cfg
     D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
-    iface = DECODE_IFACE
+    s_arg = _s_min_arg(asm, program, rows, s_min)
+    iface = _iface(asm, program, rows)
     cubin = "attn_decode_split.cubin"
     body = {"params": iface, "impl": {
         "scratch": _partials(r, H, S, D),
@@ -169,13 +177,13 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
                          args=[*({"arg": i} for i in range(5)), {"scratch": "part_ml"},
                                {"scratch": "part_acc"}, {"i32": cfg.q_width}, *strides,
                                {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
-                               {"i32": s_min}, {"i32": asm.kv.table_pages}]),
+                               s_arg, {"i32": asm.kv.table_pages}]),
             asm.own_step(cubin, f"kern_attn_decode_reduce_bf16_d{D}",
                          params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
                                  "out buffer<bf16>", "i32", "i32", "i32"],
                          block=[D, 1, 1], grid=[H, rows, 1],
                          args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
-                               {"arg": 5}, {"i32": H}, {"i32": S}, {"i32": s_min}])]}}
+                               {"arg": 5}, {"i32": H}, {"i32": S}, s_arg])]}}
     return asm.kernel(f"{program}.attention", body,
                       f"own split-KV decode attention, two launches ({s_min} to {S} splits by "
                       "context)")
@@ -187,7 +195,7 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     writes ``out``."""
     cfg = asm.cfg
     D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
-    iface = DECODE_IFACE
+    iface = _iface(asm, program, rows)
     scratch = {**_partials(r, H, S, D),
                # Arrival counters, one per (row, kv head). Contract: zero before the first
                # launch (kern-runtime zero-fills the arena at load; the area is this kernel's
@@ -197,17 +205,45 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
                "counters": {"dtype": "u32", "shape": [r, KVH]}}
     step = asm.own_step(
         "attn_decode.cubin", f"kern_attn_decode_bf16_d{D}",
-        params=[*iface, "out buffer<f32>", "out buffer<f32>", "out buffer<u32>", "i32", "i64",
-                "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"],
+        params=[*DECODE_IFACE, "out buffer<f32>", "out buffer<f32>", "out buffer<u32>", "i32",
+                "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32"],
         block=[128, 1, 1], grid=[KVH, S, rows],
         args=[*({"arg": i} for i in range(6)), {"scratch": "part_ml"}, {"scratch": "part_acc"},
               {"scratch": "counters"}, {"i32": cfg.q_width}, *strides, {"i32": H},
-              {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)}, {"i32": s_min},
-              {"i32": asm.kv.table_pages}])
+              {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
+              _s_min_arg(asm, program, rows, s_min), {"i32": asm.kv.table_pages}])
     body = {"params": iface, "impl": {"scratch": scratch, "steps": [step]}}
     return asm.kernel(f"{program}.attention", body,
                       f"own split-KV decode attention, one launch ({s_min} to {S} splits by "
                       "context)")
+
+
+VERIFY_SPLITS = ("divided", "decode")
+"""``kern-gen --verify-splits``: how the split-KV attention splits the keys of the rows of a
+one-sequence multi-row program (:data:`ONE_SEQUENCE`).  ``divided`` (the default) passes
+``s_min`` and the kernel gives each of T rows ``max(1, s_min / T)`` splits: about the block
+count of one decode row (what a batch of sequences needs).  ``decode`` passes ``s_min · T``
+(the dispatch's expression of ``tokens``, through one more i32 interface parameter of the
+attention kernel: a step argument is a literal or a forwarded one): every row splits its keys exactly as a decode row of the same
+length does, ``A = clamp(ceil(L / 512), s_min, S)`` (ABI.md 3a) — T times the blocks, each
+walking 1/T of the keys, and the partial sums of decode.  Why: on the H200 the Qwen3-shape
+verify's attention takes 10.2 µs a layer against decode's 6.8 (session 15's profile; each
+verify block walks 8x the keys of a decode block).  Not yet measured."""
+DEFAULT_VERIFY_SPLITS = "divided"
+ONE_SEQUENCE = frozenset({"verify", "draft"})
+"""Multi-row programs whose rows are one sequence's consecutive positions (every row the same
+page table): the speculative verify and the DSpark draft; ``batch`` rows are sequences."""
+
+
+def per_row_splits(asm: Assembler, program: str, rows: Any) -> bool:
+    """Does this program's attention pass ``s_min · tokens`` (:data:`VERIFY_SPLITS`)?"""
+    return asm.verify_splits == "decode" and program in ONE_SEQUENCE and rows == TOK
+
+
+def _s_min_arg(asm: Assembler, program: str, rows: Any, s_min: int) -> dict[str, Any]:
+    """The ``s_min`` step argument of the split-KV kernels: the literal, or the interface's
+    7th parameter (:func:`per_row_splits`)."""
+    return {"arg": 6} if per_row_splits(asm, program, rows) else {"i32": s_min}
 
 
 DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv}

@@ -51,6 +51,11 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       f"writers' compiled bound `0 <= slot < {kv.max_len}`; declared as the domain of "
       f"`positions` and `pos0`); `tokens.max` = {tmax} (the largest prefill chunk).")
     w(_gemm_line(asm.gemm_impl, any(".gemm_silu." in k for k in asm.kernels)) + "\n")
+    if asm.verify_splits != "divided":
+        w(f"- **Attention key splits** `--verify-splits {asm.verify_splits}`: in the programs "
+          f"whose rows are one sequence (verify, the DSpark draft) each row splits its keys "
+          f"as a decode row of its length does (the attention kernel takes `s_min · tokens` "
+          f"as a 7th argument; ABI.md 3a).\n")
     rope = sorted(k for k in asm.kernels if k.endswith(".rope_kv"))
     if rope:
         w(f"- **Rope + cache writes in one launch** (`--fuse`, the default with gemv; `--no-fuse` "

@@ -1,0 +1,119 @@
+"""``--verify-splits decode`` (issue 15's Qwen3-shape round): in the programs whose rows are one
+sequence (verify, the DSpark draft) the split-KV attention gets ``s_min · tokens`` through a
+7th i32 interface parameter, so every row splits its keys as a decode row would (ABI.md 3a).
+Against the default (``divided``) only those attention kernels and their dispatches' last
+argument differ; decode and batch keep the literal; every variant verifies clean; a bad value
+is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kern_manifest
+import pytest
+from kg_own import own_committed
+from kern_mine import encode_json, mine
+from typer.testing import CliRunner
+
+from kern_gen.cli import app
+from kern_gen.dspark.generate import generate as generate_dspark
+from kern_gen.llama import WiringError, generate
+from kern_gen.llama.command import PRESETS
+from kern_gen.llama.ir import TOK
+from kern_gen.llama.own import DECODE_IFACE, decode_splits
+
+ROOT = Path(__file__).resolve().parents[3]
+DRAFT = {"llama": ROOT / "examples/smollm2-135m-dspark/dspark.json",
+         "qwen3": ROOT / "examples/qwen3-4b-dspark/dspark.json"}
+DSPARK_EX = {"llama": ROOT / "examples/smollm2-135m-dspark",
+             "qwen3": ROOT / "examples/qwen3-4b-dspark"}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict[str, dict]:
+    out = {}
+    for name in PRESETS:
+        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
+        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
+        mined.write_bytes(encode_json(mine(cap)))
+        own = own_committed(ex)
+        out[name] = {v: json.loads(generate(cap, cfg, mined=mined, label=label, own_cubins=own,
+                                            verify_splits=v).manifest)
+                     for v in ("divided", "decode")}
+        out[name]["dspark"] = json.loads(generate_dspark(
+            cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
+                DSPARK_EX[name]), verify_splits="decode").manifest)
+    return out
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_only_the_one_sequence_attention_differs(variants, name):
+    """Every dispatch runs the same kernel body on the same arguments but verify's attention,
+    which takes the extra argument.  (The default merges batch's attention into verify's
+    equal body; with the variant batch gets a kernel of its own, equal to that body.)"""
+    a, b = variants[name]["divided"], variants[name]["decode"]
+    for key in ("meta", "symbols", "states", "buffers"):
+        assert a[key] == b[key], key
+    s_min = decode_splits({"llama": 3, "qwen3": 8}[name])
+    k = b["kernels"]["verify.attention"]
+    assert k["params"] == [*DECODE_IFACE, "i32"]
+    partial, reduce = k["impl"]["steps"]
+    assert partial["args"][15] == reduce["args"][6] == {"arg": 6}
+    old = a["kernels"]["verify.attention"]
+    assert old["impl"]["steps"][0]["args"][15] == {"i32": s_min}
+    assert list(a["programs"]) == list(b["programs"])
+    changed = 0
+    for prog in a["programs"]:
+        pa, pb = a["programs"][prog]["dispatches"], b["programs"][prog]["dispatches"]
+        assert len(pa) == len(pb), prog
+        for da, db in zip(pa, pb):
+            ka, kb = a["kernels"][da["kernel"]], b["kernels"][db["kernel"]]
+            if prog == "verify" and db["kernel"] == "verify.attention":
+                assert db["args"] == [*da["args"], {"expr": {"mul": [TOK, s_min]}}]
+                changed += 1
+            else:
+                assert (ka, da["args"]) == (kb, db["args"]), (prog, db["kernel"])
+    assert changed == {"llama": 30, "qwen3": 36}[name]
+    for prog in ("decode", "batch"):
+        st = b["kernels"][f"{prog}.attention"]["impl"]["steps"][0]
+        assert st["args"][15] == {"i32": s_min}, prog
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("variant", ["decode", "dspark"])
+def test_the_variant_verifies_clean(variants, name, variant):
+    text = json.dumps(variants[name][variant])
+    diags = kern_manifest.verify(kern_manifest.decode(text))
+    assert not diags, kern_manifest.render_human(diags, text)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
+    """In the DSpark manifest the attention dispatches of verify and of the draft pass
+    s_min · tokens (their kernel takes it); decode, decode_spec and batch do not."""
+    doc = variants[name]["dspark"]
+    s_min = decode_splits({"llama": 3, "qwen3": 8}[name])
+    seen = set()
+    for prog, p in doc["programs"].items():
+        for d in p["dispatches"]:
+            if not d["kernel"].endswith(".attention") or prog == "prefill":
+                continue
+            params = doc["kernels"][d["kernel"]]["params"]
+            per_row = prog in ("verify", "draft")
+            assert params == ([*DECODE_IFACE, "i32"] if per_row else DECODE_IFACE), prog
+            if per_row:
+                assert d["args"][-1] == {"expr": {"mul": [TOK, s_min]}}
+            seen.add(prog)
+    assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
+
+
+def test_bad_value_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["qwen3", "--verify-splits", "many", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines() == [
+        "kern-gen qwen3: refused: --verify-splits `many`: choose one of divided, decode"]
+    assert not out.exists()
+    with pytest.raises(WiringError, match="--verify-splits `x`"):
+        generate(ROOT / "no-capture", None, verify_splits="x")
