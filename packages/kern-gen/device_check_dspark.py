@@ -65,6 +65,9 @@ def rel(x: np.ndarray, ref: np.ndarray) -> float:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", choices=sorted(EXAMPLES), required=True)
+    ap.add_argument("--example", type=Path, default=None,
+                    help="a `kern-gen dspark` output directory (a lever) instead of the target's "
+                         "bundled example")
     ap.add_argument("--draft", type=Path, help="trained draft.safetensors (dspark.json beside)")
     ap.add_argument("--gguf", type=Path, default=Path("/tmp/g/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/kern-dspark"))
@@ -117,7 +120,7 @@ def draft_files(args, log) -> tuple[Path, dict]:
     from kern_train.dspark.export import export
     from kern_train.dspark.random_init import random_arrays, random_config
     d = args.work / "random-draft"
-    spec = json.loads((EXAMPLES[args.target] / "dspark.json").read_text())
+    spec = json.loads(((args.example or EXAMPLES[args.target]) / "dspark.json").read_text())
     g = read_geometry(TARGET_CONFIG[args.target])
     cfg = random_config(g, spec["target"], layers=spec["layers"],
                         markov_rank=spec["markov_rank"], mask_token_id=spec["mask_token_id"],
@@ -223,10 +226,12 @@ def repeats(rt, ids, args, tmax, ds, plain, sp) -> dict[str, bool]:
 
 
 def profile_programs(rt, block: int, log) -> None:
-    """decode, verify (8 rows) and draft, each replayed back-to-back under torch.profiler on
-    the state the last loop left (every input valid), by kernel (kern_run.bench.profile)."""
+    """decode, verify (8 rows), draft and draft_precompute (1 row), each replayed back-to-back
+    under torch.profiler on the state the last loop left (every input valid), by kernel
+    (kern_run.bench.profile)."""
     from kern_run.bench.profile import STEPS, breakdown, record_program
-    for program, tokens in (("decode", 1), ("verify", 8), ("draft", block)):
+    for program, tokens in (("decode", 1), ("verify", 8), ("draft", block),
+                            ("draft_precompute", 1)):
         b = breakdown(record_program(rt, program, {"tokens": tokens}, gpu=0), STEPS)
         log(f"profile {program} (tokens {tokens}):\n  " + "\n  ".join(b.lines()))
 
@@ -257,7 +262,7 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    ex = EXAMPLES[args.target]
+    ex = args.example or EXAMPLES[args.target]
     man = read_manifest(ex / "manifest.json")
     model, prompts, source = load_target(args, log)
     log(f"target loaded ({args.target})")
@@ -311,6 +316,12 @@ def main(argv=None) -> int:
                                  draft=ds, capacity=args.capacity, chain=True)
             chained = {"chained_same": sc.tokens == sp.tokens,
                        "chained_ms": 1e3 * sc.decode_s / max(sc.decode_tokens, 1)}
+            from kern_runtime.timing import timing_event
+            st_t = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                   draft=ds, capacity=args.capacity, chain=True,
+                                   gpu_timer=lambda: timing_event(rt)).spec
+            chained["chained_timed"] = st_t.lines()
+            log("chained with GPU events: " + " | ".join(st_t.lines()[2:]))
             bad += not chained["chained_same"]
             log(f"chained: tokens {'identical to' if chained['chained_same'] else 'DIFFER from'}"
                 f" the unchained loop's; {chained['chained_ms']:.3f} ms/token")

@@ -40,7 +40,7 @@ def variants(tmp_path_factory) -> dict[str, dict]:
         own = own_committed(ex)
         out[name] = {v: json.loads(generate(cap, cfg, mined=mined, label=label, own_cubins=own,
                                             verify_splits=v).manifest)
-                     for v in ("divided", "decode")}
+                     for v in ("divided", "decode", "4")}
         out[name]["dspark"] = json.loads(generate_dspark(
             cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
                 DSPARK_EX[name]), verify_splits="decode").manifest)
@@ -81,7 +81,7 @@ def test_only_the_one_sequence_attention_differs(variants, name):
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
-@pytest.mark.parametrize("variant", ["decode", "dspark"])
+@pytest.mark.parametrize("variant", ["decode", "4", "dspark"])
 def test_the_variant_verifies_clean(variants, name, variant):
     text = json.dumps(variants[name][variant])
     diags = kern_manifest.verify(kern_manifest.decode(text))
@@ -113,7 +113,77 @@ def test_bad_value_is_refused_in_one_line(tmp_path):
     r = CliRunner().invoke(app, ["qwen3", "--verify-splits", "many", "--out", str(out)])
     assert r.exit_code == 2, r.output
     assert r.output.splitlines() == [
-        "kern-gen qwen3: refused: --verify-splits `many`: choose one of divided, decode"]
+        "kern-gen qwen3: refused: --verify-splits `many`: choose divided, decode or a split "
+        "count 1-256"]
     assert not out.exists()
-    with pytest.raises(WiringError, match="--verify-splits `x`"):
-        generate(ROOT / "no-capture", None, verify_splits="x")
+    for bad in ("x", "0", "257", "-4"):
+        with pytest.raises(WiringError, match=f"--verify-splits `{bad}`"):
+            generate(ROOT / "no-capture", None, verify_splits=bad)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_a_split_count_is_passed_times_tokens(variants, name):
+    """``--verify-splits 4``: verify's attention gets ``4 · tokens`` and differs from
+    ``decode``'s manifest in that factor only."""
+    n4, dec = variants[name]["4"], variants[name]["decode"]
+    s_min = decode_splits({"llama": 3, "qwen3": 8}[name])
+    d4 = [d for d in n4["programs"]["verify"]["dispatches"] if d["kernel"] == "verify.attention"]
+    assert d4 and all(d["args"][-1] == {"expr": {"mul": [TOK, 4]}} for d in d4)
+    dd = [d for d in dec["programs"]["verify"]["dispatches"] if d["kernel"] == "verify.attention"]
+    assert [d["args"][:-1] for d in d4] == [d["args"][:-1] for d in dd]
+    assert all(d["args"][-1] == {"expr": {"mul": [TOK, s_min]}} for d in dd)
+    assert n4["kernels"]["verify.attention"] == dec["kernels"]["verify.attention"]
+
+
+@pytest.fixture(scope="module")
+def rows_variants(tmp_path_factory) -> dict[str, dict]:
+    out = {}
+    for name in PRESETS:
+        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
+        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
+        mined.write_bytes(encode_json(mine(cap)))
+        out[name] = json.loads(generate_dspark(
+            cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
+                DSPARK_EX[name]), verify_attention="rows").manifest)
+    return out
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
+    """``--verify-attention rows``: verify's and the draft's attention run the tensor-core
+    rows partial (grid: kv heads x S, one block for all rows) and the split-KV reduce, given
+    decode's split count times tokens and tokens; decode, decode_spec and batch keep the
+    split kernel; the manifest verifies clean."""
+    doc = rows_variants[name]
+    diags = kern_manifest.verify(kern_manifest.decode(json.dumps(doc)))
+    assert not diags
+    kvh = {"llama": 3, "qwen3": 8}[name]
+    s_min = decode_splits(kvh)
+    seen = set()
+    for prog, p in doc["programs"].items():
+        for d in p["dispatches"]:
+            if not d["kernel"].endswith(".attention") or prog == "prefill":
+                continue
+            k = doc["kernels"][d["kernel"]]
+            partial = k["impl"]["steps"][0]
+            if prog in ("verify", "draft"):
+                assert partial["symbol"].startswith("kern_attn_rows_partial_bf16_d")
+                assert partial["grid"] == [kvh, 4 * s_min, 1]
+                assert partial["args"][15] == {"arg": 6} and partial["args"][17] == {"arg": 7}
+                assert k["impl"]["steps"][1]["args"][6] == {"arg": 6}
+                assert k["params"] == [*DECODE_IFACE, "i32", "i32"]
+                assert d["args"][-2:] == [{"expr": {"mul": [TOK, s_min]}}, {"sym": "tokens"}]
+            else:
+                assert partial["symbol"].startswith("kern_attn_decode_partial_bf16_d")
+                assert k["params"] == DECODE_IFACE
+            seen.add(prog)
+    assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
+
+
+def test_bad_verify_attention_is_refused(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["qwen3", "--verify-attention", "tiles", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines() == [
+        "kern-gen qwen3: refused: --verify-attention `tiles`: choose one of split, rows"]
+    assert not out.exists()

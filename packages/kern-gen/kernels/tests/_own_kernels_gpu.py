@@ -220,6 +220,28 @@ class Kernels:
            (ptr(part_ml), ptr(part_acc), ptr(kv_lens), ptr(out), np.int32(n_q),
             np.int32(splits), np.int32(s_min)))
 
+    def attn_rows_two_step(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc,
+                           out, n_q, n_kv, splits, scale, tokens, s_min):
+        """The tensor-core rows partial of ``attn_prefill.cu`` (ABI.md 3b′: one sequence's
+        ``tokens`` rows, grid (n_kv, S, 1)) and ``attn_decode_split.cu``'s reduce."""
+        d = k.shape[-1]
+        assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
+        f1 = self.fn("attn_prefill.cubin", f"kern_attn_rows_partial_bf16_d{d}")
+        f2 = self.fn("attn_decode_split.cubin", f"kern_attn_decode_reduce_bf16_d{d}")
+        smem = PREFILL_SMEM[d]
+        if ("rows", d) not in self._smem_set:
+            f1.max_dynamic_shared_size_bytes = smem
+            self._smem_set.add(("rows", d))
+        f1((n_kv, splits, 1), (128, 1, 1),
+           (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(part_ml), ptr(part_acc),
+            np.int32(q_row_stride), np.int64(k.stride(0)), np.int64(k.stride(1)),
+            np.int64(v.stride(0)), np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv),
+            np.float32(scale), np.int32(s_min), np.int32(table.stride(0)), np.int32(tokens)),
+           shared_mem=smem)
+        f2((n_q, tokens, 1), (d, 1, 1),
+           (ptr(part_ml), ptr(part_acc), ptr(kv_lens), ptr(out), np.int32(n_q),
+            np.int32(splits), np.int32(s_min)))
+
     def attn_prefill(self, q, q_row_stride, k, v, pos0, table, out, n_q, n_kv, tokens, scale):
         """One sequence: its pages are row 0 of ``table`` (i32, unit last stride)."""
         d = k.shape[-1]

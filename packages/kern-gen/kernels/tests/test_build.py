@@ -129,6 +129,9 @@ def test_example_steps_match_cubin_layouts(built):
                 gemv = Cubin.read(out / "gemv.cubin")
                 assert cub.param_layout(sym) == gemv.param_layout(TMA_TWINS[sym]), sym
                 continue
+            if stem in PAGED_ATTENTION_PARAMS:  # ABI.md 3b′, not in the example
+                assert cub.param_layout(sym) == layout(PAGED_ATTENTION_PARAMS[stem][1]), sym
+                continue
             if sym == "kern_gemv_tma_smem":  # the probe of its shared-memory sizes
                 assert cub.param_layout(sym) == layout(["out buffer<i32>"]), sym
                 continue
@@ -194,6 +197,11 @@ PAGED_ATTENTION_PARAMS = {
         "attn_prefill.cubin",
         ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
          "out buffer<bf16>", "i32", "i64", "i64", "i64", "i64", "i32", "i32", "i32", "f32"]),
+    "kern_attn_rows_partial_bf16": (          # ABI.md 3b′ (kern-gen --verify-attention rows)
+        "attn_prefill.cubin",
+        ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
+         "out buffer<f32>", "out buffer<f32>", "i32", "i64", "i64", "i64", "i64", "i32", "i32",
+         "f32", "i32", "i32", "i32"]),
 }
 PAGED_ATTENTION_INTERFACES = [
     ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",

@@ -10,10 +10,10 @@ import typer
 from kern_manifest import KernError, fail
 
 from ..llama import repo
-from ..llama.command import PRESETS, VERIFY_SPLITS_HELP, _below_cwd
+from ..llama.command import PRESETS, VERIFY_ATTENTION_HELP, VERIFY_SPLITS_HELP, _below_cwd
 from ..llama.errors import WiringError
 from ..llama.gemm import DEFAULT_ACC, DEFAULT_GEMM, GEMM_IMPLS
-from ..llama.own import DEFAULT_VERIFY_SPLITS
+from ..llama.own import DEFAULT_VERIFY_ATTENTION, DEFAULT_VERIFY_SPLITS
 from ..llama.pipeline import write
 from .generate import generate
 
@@ -46,6 +46,8 @@ def dspark_command(
                                           "gemv (kern's own kern_gemv_acc_bf16)")]
         = DEFAULT_ACC,
     verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)] = DEFAULT_VERIFY_SPLITS,
+    verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]
+        = DEFAULT_VERIFY_ATTENTION,
 ) -> None:
     """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
     try:
@@ -66,8 +68,11 @@ def dspark_command(
         extra += f" --gemm-acc {gemm_acc}" if gemm_acc != DEFAULT_ACC else ""
         extra += (f" --verify-splits {verify_splits}"
                   if verify_splits != DEFAULT_VERIFY_SPLITS else "")
+        extra += (f" --verify-attention {verify_attention}"
+                  if verify_attention != DEFAULT_VERIFY_ATTENTION else "")
         r = generate(capture, config, draft, label=label, nvcc=nvcc, gemm=gemm, fuse=fuse,
                      gemm_acc=gemm_acc, verify_splits=verify_splits,
+                     verify_attention=verify_attention,
                      command=f"uv run --frozen kern-gen dspark {target}{extra}")
     except KernError as exc:
         fail("kern-gen dspark", exc)

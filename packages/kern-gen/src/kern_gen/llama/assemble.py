@@ -71,6 +71,7 @@ class Assembler:
                  label: str, merged: dict[str, list[tuple[str, int]]] | None = None,
                  gemm_impl: str = "cublaslt", attention: str = "split",
                  acc_impl: str = "cublaslt", verify_splits: str = "divided",
+                 verify_attention: str = "split",
                  extra_weights: dict[str, list[int]] | None = None,
                  extra_states: dict[str, int] | None = None) -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
@@ -85,6 +86,7 @@ class Assembler:
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
         self.acc_impl = acc_impl        # the few-row programs' C += A·Wᵀ (gemm.ACC_IMPLS)
         self.verify_splits = verify_splits   # own.VERIFY_SPLITS
+        self.verify_attention = verify_attention   # own.VERIFY_ATTENTION
         self.kernels: dict[str, dict[str, Any]] = {}
         self._kernel_keys: dict[str, str] = {}
         self.buffers: dict[str, dict[str, Any]] = {}

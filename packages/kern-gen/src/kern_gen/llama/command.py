@@ -14,7 +14,8 @@ from kern_manifest import KernError, fail
 from . import repo
 from .errors import WiringError
 from .gemm import DEFAULT_GEMM, GEMM_IMPLS
-from .own import DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_SPLITS
+from .own import (DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION,
+                  DEFAULT_VERIFY_SPLITS)
 from .pipeline import generate, write
 
 PRESETS = {
@@ -63,6 +64,8 @@ def _make(preset: str):
             = True,
         verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)]
             = DEFAULT_VERIFY_SPLITS,
+        verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]
+            = DEFAULT_VERIFY_ATTENTION,
     ) -> None:
         shown = out
         try:
@@ -80,9 +83,10 @@ def _make(preset: str):
                     repo.given(given, what)
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label,
-                         command=_command(preset, gemm, attention, fuse, verify_splits),
+                         command=_command(preset, gemm, attention, fuse, verify_splits,
+                                          verify_attention),
                          nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
-                         verify_splits=verify_splits)
+                         verify_splits=verify_splits, verify_attention=verify_attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
         write(r, out)
@@ -95,18 +99,26 @@ def _make(preset: str):
 
 
 VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DSpark draft: "
-                      "divided (a row gets s_min / rows splits) or decode (every row splits "
-                      "its keys as a decode row would)")
+                      "divided (a row gets s_min / rows splits), decode (every row splits "
+                      "its keys as a decode row would) or N (every row at least N splits)")
+
+
+VERIFY_ATTENTION_HELP = ("attention kernel of verify and the DSpark draft: split (the "
+                         "CUDA-core split-KV partial, a block per row) or rows (the "
+                         "tensor-core partial, a block for all rows of a split)")
 
 
 def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True,
-             verify_splits: str = DEFAULT_VERIFY_SPLITS) -> str:
+             verify_splits: str = DEFAULT_VERIFY_SPLITS,
+             verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> str:
     """The command the README says regenerates the example (options that are not default)."""
     extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
     extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
     extra += "" if fuse else " --no-fuse"
     extra += (f" --verify-splits {verify_splits}" if verify_splits != DEFAULT_VERIFY_SPLITS
               else "")
+    extra += (f" --verify-attention {verify_attention}"
+              if verify_attention != DEFAULT_VERIFY_ATTENTION else "")
     return f"uv run --frozen kern-gen {preset}{extra}"
 
 

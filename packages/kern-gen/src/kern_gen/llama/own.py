@@ -126,8 +126,10 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if decode is None:
         raise WiringError(f"--attention `{asm.attention}`: choose one of "
                           f"{', '.join(DECODE_ATTENTION)}")
-    extra = ([{"expr": {"mul": [TOK, decode_splits(asm.cfg.kv_heads)]}}]
-             if per_row_splits(asm, program, rows) else [])
+    n = per_row_splits(asm, program, rows)
+    extra = [{"expr": {"mul": [TOK, n]}}] if n else []
+    if rows_attention(asm, program, rows):
+        decode, extra = _rows_two, [*extra, {"sym": "tokens"}]
     return {"label": op.label, "kernel": decode(asm, program, rows, strides),
             "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"]), *extra]}
 
@@ -158,6 +160,23 @@ def _partials(r: Any, H: int, S: int, D: int) -> dict[str, Any]:
             "part_acc": {"dtype": "f32", "shape": [r, H, S, D]}}
 
 
+PREFILL_SMEM = {64: 40960, 128: 81920}
+"""Dynamic shared memory of attn_prefill.cubin's kernels (bytes): a 64-row Q tile and two
+64-key K and V buffers (ABI.md 3b, 3b′)."""
+
+
+def _reduce_step(asm: Assembler, D: int, H: int, S: int, rows: Any,
+                 s_arg: dict[str, Any]) -> dict[str, Any]:
+    """Step 2 of a split-KV attention: one block per (query head, row) merges the row's
+    splits from ``part_ml`` / ``part_acc`` into ``out`` (the interface's 6th parameter)."""
+    return asm.own_step("attn_decode_split.cubin", f"kern_attn_decode_reduce_bf16_d{D}",
+                        params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
+                                "out buffer<bf16>", "i32", "i32", "i32"],
+                        block=[D, 1, 1], grid=[H, rows, 1],
+                        args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
+                              {"arg": 5}, {"i32": H}, {"i32": S}, s_arg])
+
+
 def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     """Two launches (kernels/ABI.md 3a, ``attn_decode_split.cubin``): split partials into
     scratch, then one block per (query head, row) merges them.  The default: on the H200 it
@@ -178,12 +197,7 @@ def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str
                                {"scratch": "part_acc"}, {"i32": cfg.q_width}, *strides,
                                {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
                                s_arg, {"i32": asm.kv.table_pages}]),
-            asm.own_step(cubin, f"kern_attn_decode_reduce_bf16_d{D}",
-                         params=["in buffer<f32>", "in buffer<f32>", "in buffer<i32>",
-                                 "out buffer<bf16>", "i32", "i32", "i32"],
-                         block=[D, 1, 1], grid=[H, rows, 1],
-                         args=[{"scratch": "part_ml"}, {"scratch": "part_acc"}, {"arg": 3},
-                               {"arg": 5}, {"i32": H}, {"i32": S}, s_arg])]}}
+            _reduce_step(asm, D, H, S, rows, s_arg)]}}
     return asm.kernel(f"{program}.attention", body,
                       f"own split-KV decode attention, two launches ({s_min} to {S} splits by "
                       "context)")
@@ -218,26 +232,88 @@ def _split_kv(asm: Assembler, program: str, rows: Any, strides: list) -> str:
                       "context)")
 
 
-VERIFY_SPLITS = ("divided", "decode")
+VERIFY_SPLITS = ("divided", "decode", "N")
 """``kern-gen --verify-splits``: how the split-KV attention splits the keys of the rows of a
 one-sequence multi-row program (:data:`ONE_SEQUENCE`).  ``divided`` (the default) passes
 ``s_min`` and the kernel gives each of T rows ``max(1, s_min / T)`` splits: about the block
-count of one decode row (what a batch of sequences needs).  ``decode`` passes ``s_min · T``
+count of one decode row (what a batch of sequences needs).  An integer ``N`` passes ``N · T``
 (the dispatch's expression of ``tokens``, through one more i32 interface parameter of the
-attention kernel: a step argument is a literal or a forwarded one): every row splits its keys exactly as a decode row of the same
-length does, ``A = clamp(ceil(L / 512), s_min, S)`` (ABI.md 3a) — T times the blocks, each
-walking 1/T of the keys, and the partial sums of decode.  Why: on the H200 the Qwen3-shape
-verify's attention takes 10.2 µs a layer against decode's 6.8 (session 15's profile; each
-verify block walks 8x the keys of a decode block).  Not yet measured."""
+attention kernel: a step argument is a literal or a forwarded one), so that every row gets at
+least N splits, ``A = clamp(ceil(L / 512), N, S)`` (ABI.md 3a); ``decode`` is N = s_min, the
+split count of a decode row of the same length.  Why: on the H200 the Qwen3-shape verify's
+attention takes 10.2 µs a layer against decode's 6.8 (session 15's profile).  Measured
+(session 16, docs/measurements.md): ``decode`` (16 splits a row, 1024 blocks) is slower,
+15.1 µs a layer and the round 4.08 -> 4.50 ms."""
 DEFAULT_VERIFY_SPLITS = "divided"
 ONE_SEQUENCE = frozenset({"verify", "draft"})
 """Multi-row programs whose rows are one sequence's consecutive positions (every row the same
 page table): the speculative verify and the DSpark draft; ``batch`` rows are sequences."""
 
 
-def per_row_splits(asm: Assembler, program: str, rows: Any) -> bool:
-    """Does this program's attention pass ``s_min · tokens`` (:data:`VERIFY_SPLITS`)?"""
-    return asm.verify_splits == "decode" and program in ONE_SEQUENCE and rows == TOK
+def parse_verify_splits(value: str, kv_heads: int) -> int | None:
+    """``--verify-splits`` -> the least splits a row of a one-sequence program gets (None:
+    ``divided``).  Raises ValueError for anything but the :data:`VERIFY_SPLITS` forms."""
+    if value == "divided":
+        return None
+    if value == "decode":
+        return decode_splits(kv_heads)
+    if value.isdigit() and 1 <= int(value) <= 256:
+        return int(value)
+    raise ValueError(f"--verify-splits `{value}`: choose divided, decode or a split count "
+                     "1-256")
+
+
+def per_row_splits(asm: Assembler, program: str, rows: Any) -> int | None:
+    """The least splits a row of this program's attention gets, passed as ``N · tokens``
+    (:data:`VERIFY_SPLITS`; with the ``rows`` kernel at least decode's count, since its
+    blocks hold every row of a split); None where the kernel gets the literal ``s_min``."""
+    if program not in ONE_SEQUENCE or rows != TOK:
+        return None
+    n = parse_verify_splits(asm.verify_splits, asm.cfg.kv_heads)
+    if n is None and rows_attention(asm, program, rows):
+        return decode_splits(asm.cfg.kv_heads)
+    return n
+
+
+VERIFY_ATTENTION = ("split", "rows")
+"""``kern-gen --verify-attention``: the attention partial of the one-sequence programs
+(:data:`ONE_SEQUENCE`).  ``split`` (the default): :data:`DECODE_ATTENTION`'s, a block per
+(kv head, split, row).  ``rows``: ``kern_attn_rows_partial`` (ABI.md 3b′, attn_prefill.cubin),
+a block per (kv head, split) holding all rows' query heads in one tensor-core tile, then the
+split-KV reduce.  Why: the split partial's verify blocks each walk their keys alone, 10.2 µs a
+layer on the H200 against decode's 6.8 (Qwen3-4B shape, session 15)."""
+DEFAULT_VERIFY_ATTENTION = "split"
+
+
+def rows_attention(asm: Assembler, program: str, rows: Any) -> bool:
+    """Does this program's attention use the tensor-core rows partial?"""
+    return asm.verify_attention == "rows" and program in ONE_SEQUENCE and rows == TOK
+
+
+def _rows_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+    """The rows partial (ABI.md 3b′) into the split scratch, then the split-KV reduce of
+    :func:`_split_kv_two`; both get ``N · tokens`` (the interface's 7th parameter), the
+    partial also ``tokens`` (the 8th: a step argument is a literal or a forwarded one)."""
+    cfg = asm.cfg
+    D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
+    iface = [*DECODE_IFACE, "i32", "i32"]
+    body = {"params": iface, "impl": {
+        "scratch": _partials(r, H, S, D),
+        "steps": [
+            asm.own_step("attn_prefill.cubin", f"kern_attn_rows_partial_bf16_d{D}",
+                         params=[*iface[:5], "out buffer<f32>", "out buffer<f32>", "i32",
+                                 "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32", "i32",
+                                 "i32"],
+                         block=[128, 1, 1], grid=[KVH, S, 1],
+                         shared_mem=PREFILL_SMEM[D],
+                         args=[*({"arg": i} for i in range(5)), {"scratch": "part_ml"},
+                               {"scratch": "part_acc"}, {"i32": cfg.q_width}, *strides,
+                               {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
+                               {"arg": 6}, {"i32": asm.kv.table_pages}, {"arg": 7}]),
+            _reduce_step(asm, D, H, S, rows, {"arg": 6})]}}
+    return asm.kernel(f"{program}.attention", body,
+                      f"own tensor-core rows partial + split-KV reduce (at least "
+                      f"{per_row_splits(asm, program, rows)} to {S} splits a row)")
 
 
 def _s_min_arg(asm: Assembler, program: str, rows: Any, s_min: int) -> dict[str, Any]:
@@ -262,7 +338,7 @@ def _flash(asm: Assembler, strides: list) -> str:
                              "in buffer<i32>", "out buffer<bf16>", "i32", "i64", "i64",
                              "i64", "i64", "i32", "i32", "i32", "f32"],
                      block=[128, 1, 1], grid=[{"ceil_div": [TOK, 64]}, H, 1],
-                     shared_mem=81920 if D == 128 else 40960,
+                     shared_mem=PREFILL_SMEM[D],
                      args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3}, {"arg": 4},
                            {"arg": 5}, {"i32": cfg.q_width}, *strides, {"i32": H},
                            {"i32": KVH}, {"arg": 6}, {"f32": 1.0 / math.sqrt(D)}])]}}

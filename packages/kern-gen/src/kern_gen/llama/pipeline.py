@@ -27,7 +27,8 @@ from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, OWN_GEMV, check_impl
-from .own import DEFAULT_ATTENTION, DEFAULT_VERIFY_SPLITS, VERIFY_SPLITS
+from .own import (DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION, DEFAULT_VERIFY_SPLITS,
+                  VERIFY_ATTENTION, parse_verify_splits)
 from .kv import LAYOUT, KVLayout
 from .ir import Program
 from .programs import FEW_ROWS, build
@@ -147,13 +148,17 @@ def _captured_cache_len(facts: Facts, cfg: C.ModelConfig) -> int:
     return max_len
 
 
-def _check_choices(gemm: str, gemm_acc: str, verify_splits: str) -> None:
+def _check_choices(gemm: str, gemm_acc: str, verify_splits: str, verify_attention: str) -> None:
     check_impl(gemm)
     if gemm_acc not in ACC_IMPLS:
         raise WiringError(f"--gemm-acc `{gemm_acc}`: choose one of {', '.join(ACC_IMPLS)}")
-    if verify_splits not in VERIFY_SPLITS:
-        raise WiringError(f"--verify-splits `{verify_splits}`: choose one of "
-                          f"{', '.join(VERIFY_SPLITS)}")
+    try:
+        parse_verify_splits(verify_splits, 1)
+    except ValueError as e:
+        raise WiringError(str(e)) from None
+    if verify_attention not in VERIFY_ATTENTION:
+        raise WiringError(f"--verify-attention `{verify_attention}`: choose one of "
+                          f"{', '.join(VERIFY_ATTENTION)}")
 
 
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
@@ -162,12 +167,14 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
              fuse: bool = True, gemm_acc: str = DEFAULT_ACC,
-             verify_splits: str = DEFAULT_VERIFY_SPLITS) -> Result:
+             verify_splits: str = DEFAULT_VERIFY_SPLITS,
+             verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
     (:mod:`.gemm`), with ``fuse`` their fusions; ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
-    (:data:`.own.VERIFY_SPLITS`); ``extension``: its programs replace the plain ones."""
-    _check_choices(gemm, gemm_acc, verify_splits)
+    (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
+    (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
+    _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -191,6 +198,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
                     acc_impl=gemm_acc, verify_splits=verify_splits,
+                    verify_attention=verify_attention,
                     extra_weights=extension.weights(cfg) if extension else None,
                     extra_states=extension.states(kv) if extension else None)
     doc = asm.manifest(programs, tmax)

@@ -9,8 +9,9 @@ from .arch import Arch
 from .config import ModelConfig
 from .facts import Facts
 from .gemm import DEFAULT_GEMM
-from .ir import Program
+from .ir import TOK, Program
 from .kv import KVLayout
+from .own import per_row_splits
 
 
 def readme(facts: Facts, cfg: ModelConfig, arch: Arch, asm, programs: list[Program], dg: int,
@@ -53,9 +54,14 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
     w(_gemm_line(asm.gemm_impl, any(".gemm_silu." in k for k in asm.kernels)) + "\n")
     if asm.verify_splits != "divided":
         w(f"- **Attention key splits** `--verify-splits {asm.verify_splits}`: in the programs "
-          f"whose rows are one sequence (verify, the DSpark draft) each row splits its keys "
-          f"as a decode row of its length does (the attention kernel takes `s_min · tokens` "
-          f"as a 7th argument; ABI.md 3a).\n")
+          f"whose rows are one sequence (verify, the DSpark draft) each row gets at least "
+          f"{per_row_splits(asm, 'verify', TOK)} key splits (the attention kernel takes that "
+          f"count times `tokens` as a 7th argument; ABI.md 3a).\n")
+    if asm.verify_attention != "split":
+        w(f"- **Attention of the one-sequence programs** `--verify-attention "
+          f"{asm.verify_attention}`: verify and the DSpark draft run the tensor-core rows "
+          f"partial (a block per kv head and split holds every row's query heads; ABI.md 3b′) "
+          f"and the split-KV reduce.\n")
     rope = sorted(k for k in asm.kernels if k.endswith(".rope_kv"))
     if rope:
         w(f"- **Rope + cache writes in one launch** (`--fuse`, the default with gemv; `--no-fuse` "
