@@ -225,13 +225,18 @@ def repeats(rt, ids, args, tmax, ds, plain, sp) -> dict[str, bool]:
     return out
 
 
-def profile_programs(rt, block: int, log) -> None:
-    """decode, verify (8 rows), draft and draft_precompute (1 row), each replayed back-to-back
-    under torch.profiler on the state the last loop left (every input valid), by kernel
-    (kern_run.bench.profile)."""
+def profile_programs(rt, block: int, log, chunk: int) -> None:
+    """decode, verify (8 rows), draft and draft_precompute (1 row, a round's block + 1 and a
+    prompt chunk of ``chunk`` rows at positions 0 …, written first), each replayed
+    back-to-back under torch.profiler on the state the last loop left (every input valid), by
+    kernel (kern_run.bench.profile)."""
     from kern_run.bench.profile import STEPS, breakdown, record_program
+    from kern_run.inputs import Inputs, table_pages_of
     for program, tokens in (("decode", 1), ("verify", 8), ("draft", block),
-                            ("draft_precompute", 1)):
+                            ("draft_precompute", 1), ("draft_precompute", block + 1),
+                            ("draft_precompute", chunk)):
+        if tokens > block + 1:                # a prompt chunk's rows at 0 … chunk−1
+            Inputs(chunk, table_pages=table_pages_of(rt)).write(rt, [0] * tokens, 0)
         b = breakdown(record_program(rt, program, {"tokens": tokens}, gpu=0), STEPS)
         log(f"profile {program} (tokens {tokens}):\n  " + "\n  ".join(b.lines()))
 
@@ -316,13 +321,22 @@ def main(argv=None) -> int:
                                  draft=ds, capacity=args.capacity, chain=True)
             chained = {"chained_same": sc.tokens == sp.tokens,
                        "chained_ms": 1e3 * sc.decode_s / max(sc.decode_tokens, 1)}
+            sa = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                 draft=ds, capacity=args.capacity, chain=True, ahead=False)
+            chained.update(after_same=sa.tokens == sp.tokens and
+                           sa.spec.round_log == sc.spec.round_log,
+                           after_ms=1e3 * sa.decode_s / max(sa.decode_tokens, 1))
+            log(f"chained, precompute after the wait: tokens and rounds "
+                f"{'identical to' if chained['after_same'] else 'DIFFER from'} the ahead "
+                f"loop's; {chained['after_ms']:.3f} ms/token")
             from kern_runtime.timing import timing_event
-            st_t = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
-                                   draft=ds, capacity=args.capacity, chain=True,
-                                   gpu_timer=lambda: timing_event(rt)).spec
-            chained["chained_timed"] = st_t.lines()
-            log("chained with GPU events: " + " | ".join(st_t.lines()[2:]))
-            bad += not chained["chained_same"]
+            for key, ahead in (("chained_timed", True), ("after_timed", False)):
+                st_t = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                       draft=ds, capacity=args.capacity, chain=True,
+                                       ahead=ahead, gpu_timer=lambda: timing_event(rt)).spec
+                chained[key] = st_t.lines()
+                log(f"{key} with GPU events: " + " | ".join(st_t.lines()[2:]))
+            bad += not (chained["chained_same"] and chained["after_same"])
             log(f"chained: tokens {'identical to' if chained['chained_same'] else 'DIFFER from'}"
                 f" the unchained loop's; {chained['chained_ms']:.3f} ms/token")
         if args.repeat:
@@ -351,7 +365,7 @@ def main(argv=None) -> int:
             f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "
             f"({row['plain_ms'] / max(row['spec_ms'], 1e-9):.2f}x)\n{row['stats']}")
     if args.profile:
-        profile_programs(rt, spec["block"], log)
+        profile_programs(rt, spec["block"], log, min(tmax, args.capacity))
     rt.close()
     (args.out / "device_check_dspark.json").write_text(json.dumps(report, indent=1))
     log(f"done: {'FAIL' if bad else 'ok'} ({bad} bad)")

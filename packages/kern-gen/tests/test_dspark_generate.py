@@ -68,9 +68,16 @@ def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
     kw = dict(mined=target["mined"], own_cubins=own_committed(target["out"]))
     spec = tiny(target["cfg"])
     docs = [json.loads(generate(target["cap"], target["cfg_path"], extension=DSpark(spec),
-                                gemm_acc=acc, **kw).manifest) for acc in ("cublaslt", "gemv")]
-    plain, acc = docs
+                                gemm_acc=acc, **kw).manifest)
+            for acc in ("cublaslt", "gemv", "taps")]
+    plain, acc, taps = docs
     assert kern_manifest.verify(kern_manifest.from_obj(acc)) == []
+    assert kern_manifest.verify(kern_manifest.from_obj(taps)) == []
+    # taps: verify's and decode_spec's accumulating GEMMs as with gemv, the draft's as plain
+    for prog in ORDER:
+        want = acc if prog in ("decode_spec", "verify") else plain
+        assert taps["programs"][prog] == want["programs"][prog], prog
+    assert any(d["kernel"] == "gemm_acc" for d in taps["programs"]["draft"]["dispatches"])
     swapped = 0
     for prog in ORDER:
         for x, y in zip(plain["programs"][prog]["dispatches"],
@@ -88,7 +95,8 @@ def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
             swapped += 1
     assert swapped and any(d["kernel"] == "gemm_acc"
                            for d in acc["programs"]["prefill"]["dispatches"])
-    with pytest.raises(WiringError, match=r"--gemm-acc `fast`: choose one of cublaslt, gemv"):
+    with pytest.raises(WiringError,
+                       match=r"--gemm-acc `fast`: choose one of cublaslt, gemv, taps"):
         generate(target["cap"], target["cfg_path"], extension=DSpark(spec), gemm_acc="fast",
                  **kw)
 

@@ -38,12 +38,13 @@ def variants(tmp_path_factory) -> dict[str, dict]:
         mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
         mined.write_bytes(encode_json(mine(cap)))
         own = own_committed(ex)
+        # the split partial (--verify-attention split; the default is rows, tested below)
         out[name] = {v: json.loads(generate(cap, cfg, mined=mined, label=label, own_cubins=own,
-                                            verify_splits=v).manifest)
+                                            verify_splits=v, verify_attention="split").manifest)
                      for v in ("divided", "decode", "4")}
         out[name]["dspark"] = json.loads(generate_dspark(
             cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
-                DSPARK_EX[name]), verify_splits="decode").manifest)
+                DSPARK_EX[name]), verify_splits="decode", verify_attention="split").manifest)
     return out
 
 
@@ -108,6 +109,25 @@ def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
     assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
 
 
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_verify_rows_keeps_the_split_partial_in_the_draft(rows_variants, name):
+    """``--verify-attention verify-rows`` (the default): verify's attention as with ``rows``,
+    the draft's the split kernel of decode's interface; every other dispatch the same."""
+    rows, vr = rows_variants[name]["rows"], rows_variants[name]["verify-rows"]
+    assert not kern_manifest.verify(kern_manifest.decode(json.dumps(vr)))
+    assert vr["programs"]["verify"] == rows["programs"]["verify"]
+    assert vr["kernels"]["verify.attention"] == rows["kernels"]["verify.attention"]
+    draft = [d for d in vr["programs"]["draft"]["dispatches"] if d["label"].endswith(".attn")]
+    assert draft
+    for d in draft:
+        k = vr["kernels"][d["kernel"]]
+        assert k["params"] == DECODE_IFACE and len(d["args"]) == len(DECODE_IFACE)
+        assert k["impl"]["steps"][0]["symbol"].startswith("kern_attn_decode_partial_bf16_d")
+    others = [p for p in vr["programs"] if p not in ("verify", "draft")]
+    for p in others:
+        assert vr["programs"][p] == rows["programs"][p], p
+
+
 def test_bad_value_is_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["qwen3", "--verify-splits", "many", "--out", str(out)])
@@ -142,9 +162,9 @@ def rows_variants(tmp_path_factory) -> dict[str, dict]:
         cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
         mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
         mined.write_bytes(encode_json(mine(cap)))
-        out[name] = json.loads(generate_dspark(
+        out[name] = {v: json.loads(generate_dspark(
             cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
-                DSPARK_EX[name]), verify_attention="rows").manifest)
+                DSPARK_EX[name]), verify_attention=v).manifest) for v in ("rows", "verify-rows")}
     return out
 
 
@@ -154,7 +174,7 @@ def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
     rows partial (grid: kv heads x S, one block for all rows) and the split-KV reduce, given
     decode's split count times tokens and tokens; decode, decode_spec and batch keep the
     split kernel; the manifest verifies clean."""
-    doc = rows_variants[name]
+    doc = rows_variants[name]["rows"]
     diags = kern_manifest.verify(kern_manifest.decode(json.dumps(doc)))
     assert not diags
     kvh = {"llama": 3, "qwen3": 8}[name]
@@ -180,10 +200,30 @@ def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
     assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
 
 
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_verify_rows_keeps_the_split_partial_in_the_draft(rows_variants, name):
+    """``--verify-attention verify-rows`` (the default): verify's attention as with ``rows``,
+    the draft's the split kernel of decode's interface; every other dispatch the same."""
+    rows, vr = rows_variants[name]["rows"], rows_variants[name]["verify-rows"]
+    assert not kern_manifest.verify(kern_manifest.decode(json.dumps(vr)))
+    assert vr["programs"]["verify"] == rows["programs"]["verify"]
+    assert vr["kernels"]["verify.attention"] == rows["kernels"]["verify.attention"]
+    draft = [d for d in vr["programs"]["draft"]["dispatches"] if d["label"].endswith(".attn")]
+    assert draft
+    for d in draft:
+        k = vr["kernels"][d["kernel"]]
+        assert k["params"] == DECODE_IFACE and len(d["args"]) == len(DECODE_IFACE)
+        assert k["impl"]["steps"][0]["symbol"].startswith("kern_attn_decode_partial_bf16_d")
+    others = [p for p in vr["programs"] if p not in ("verify", "draft")]
+    for p in others:
+        assert vr["programs"][p] == rows["programs"][p], p
+
+
 def test_bad_verify_attention_is_refused(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["qwen3", "--verify-attention", "tiles", "--out", str(out)])
     assert r.exit_code == 2, r.output
     assert r.output.splitlines() == [
-        "kern-gen qwen3: refused: --verify-attention `tiles`: choose one of split, rows"]
+        "kern-gen qwen3: refused: --verify-attention `tiles`: choose one of split, rows, "
+        "verify-rows"]
     assert not out.exists()

@@ -9,7 +9,9 @@ state.
 - **draft_precompute** (tokens = t): checks ``carry_pos[i] == positions[i] == slots[i]`` for
   its t rows and writes ``draft_kv[slots[i]] = carry[i]``. ``strict`` (default): it must
   directly follow a tapped call, with t = that call's tokens (prefill, decode_spec), or
-  t = j + 1 after a verify, j the accepted prefix of that verify's drafts and predictions.
+  after a verify t = j + 1, j the accepted prefix of that verify's drafts and predictions, or
+  t = the verify's tokens (the loop's ``ahead``: every verified row, queued before the
+  predictions are read).
 - **draft** (tokens = B): checks ``token_ids = [a, mask × (B−1)]``, positions p … p+B−1 =
   slots, ``kv_lens`` = p + B in every row, the identity table, and that ``draft_kv[t]`` holds
   the target's feature of every position t < p (what the precompute of accepted rows must
@@ -105,10 +107,11 @@ class DSparkRuntime(KVModelRuntime):
             prog, tokens, ids, preds = self.last or (None, 0, [], None)
             if prog not in TAPPED:
                 raise Violation(f"draft_precompute after `{prog}`, not after a tapped call")
-            want = accept_prefix(ids[1:], preds) + 1 if prog == "verify" else tokens
-            if t != want:
-                raise Violation(f"draft_precompute with tokens = {t} after {prog} "
-                                f"(tokens {tokens}); expected {want}")
+            want = ({accept_prefix(ids[1:], preds) + 1, tokens} if prog == "verify"
+                    else {tokens})
+            if t not in want:
+                raise Violation(f"draft_precompute with tokens = {t} after {prog} (tokens "
+                                f"{tokens}); expected {' or '.join(map(str, sorted(want)))}")
         if self.carry_pos[:t].tolist() != pos.tolist():
             raise Violation(f"draft_precompute at positions {pos.tolist()}; the carry rows "
                             f"are of positions {self.carry_pos[:t].tolist()}")

@@ -67,11 +67,14 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
         assert 1 <= e["tau"] <= 8 and 0 < e["rounds"] <= r["rounds"]
         c = r["to_eos_unchained"]    # that pass reading the drafts before verify
         assert c["bugs"] == [] and (c["tau"], c["rounds"]) == (e["tau"], e["rounds"])
+        a = r["to_eos_after"]        # and with the precompute launched after the wait
+        assert a["bugs"] == [] and (a["tau"], a["rounds"]) == (e["tau"], e["rounds"])
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
-    assert [r.case for r in rep.rows].count("dspark open-chat") == 6
-    assert [r.case for r in rep.rows].count("dspark math-code") == 6
+    assert [r.case for r in rep.rows].count("dspark open-chat") == 7
+    assert [r.case for r in rep.rows].count("dspark math-code") == 7
     assert any("DSpark unchained vs plain" in r.what for r in rep.rows)
+    assert any("DSpark, precompute after the wait vs plain" in r.what for r in rep.rows)
     # the 128-step rows ran the default (chained) loop: its host split is queue / wait
     assert all(r["chained"] for k, r in out.items() if not k.startswith("_"))
     assert any(r.what == "round ms: queue / wait / host (chained)" for r in rep.rows)

@@ -82,17 +82,21 @@ def test_eager_equals_graphs_and_chunking(loaded):
 def test_chained_rounds_equal_the_unchained(loaded):
     """Verify queued behind the draft (its drafts copied on the device into token_ids rows
     1 … m) runs the same kernels on the same inputs: the same tokens, rounds and acceptance
-    as the loop that reads the drafts first, with graphs and eagerly."""
+    as the loop that reads the drafts first, with graphs and eagerly; so does the precompute
+    of all verified rows queued ahead of the predictions (the draft reads the same K/V: the
+    precompute's kernels compute each row alone)."""
     from kern_run.spec.setup import speculate
     rt, info, tok, limit, plan = loaded
     for text in PROMPTS:
         ids = tok.encode(tok.chat_prompt(text))
         base = _common(info, tok, limit, steps=96, eos=tok.eos_ids)
         a = speculate(plan, rt, chain=False)(rt, ids, **base)
-        b = speculate(plan, rt)(rt, ids, **base)              # chained: the default
+        b = speculate(plan, rt)(rt, ids, **base)              # chained, ahead: the default
         c = speculate(plan, rt)(rt, ids, **{**base, "eager": True})
-        assert a.tokens == b.tokens == c.tokens and a.spec.rounds > 0
-        assert a.spec.round_log == b.spec.round_log == c.spec.round_log
+        d = speculate(plan, rt, ahead=False)(rt, ids, **base)  # chained, precompute j + 1
+        assert a.tokens == b.tokens == c.tokens == d.tokens and a.spec.rounds > 0
+        assert a.spec.round_log == b.spec.round_log == c.spec.round_log == d.spec.round_log
+        assert b.spec.ahead and not d.spec.ahead
 
 
 def test_capacity_edge_on_the_gpu(loaded):

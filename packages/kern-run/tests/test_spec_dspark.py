@@ -79,12 +79,15 @@ def test_dspark_output_equals_plain_greedy(c):
         assert e[2]["tokens"] <= c["k"] + 1
 
 
-def test_full_acceptance_call_sequence():
+@pytest.mark.parametrize("ahead", [False, True])
+def test_full_acceptance_call_sequence(ahead):
     prompt = list(range(10, 20))                      # 10 tokens, chunk 4: 4 + 4 + 1
     plain = plain_run(prompt, steps=20, chunk=4)
-    res, rt = ds_run(prompt, block=7, steps=20, chunk=4)
+    res, rt = ds_run(prompt, block=7, steps=20, chunk=4, ahead=ahead)
     same(res, plain)
-    # round anchors: 10 (first token), then + 8 per full round; 20 steps = 1 + 8 + 8 + 3
+    # round anchors: 10 (first token), then + 8 per full round; 20 steps = 1 + 8 + 8 + 3.
+    # The last round (3 steps left: 2 drafts) needs no precompute; queued ahead of its
+    # predictions it still gets one: had it accepted nothing, a round would follow.
     assert seq(rt) == [
         ("prefill", 0, 4), ("draft_precompute", 0, 4),
         ("prefill", 4, 4), ("draft_precompute", 4, 4),
@@ -92,7 +95,7 @@ def test_full_acceptance_call_sequence():
         ("decode_spec", 9, 1), ("draft_precompute", 9, 1),
         ("draft", 10, 7), ("verify", 10, 8), ("draft_precompute", 10, 8),
         ("draft", 18, 7), ("verify", 18, 8), ("draft_precompute", 18, 8),
-        ("draft", 26, 7), ("verify", 26, 3)]           # 3 steps left: 2 drafts, no precompute
+        ("draft", 26, 7), ("verify", 26, 3)] + [("draft_precompute", 26, 3)] * ahead
     s = res.spec
     assert s.rounds == 3 and s.tau == 19 / 3 and s.decode_steps == 0
     assert s.conditional == [1.0] * 7 and s.acceptance == [1.0] * 7
@@ -114,7 +117,7 @@ def test_chained_rounds_queue_verify_behind_the_draft(plan):
     prompt = list(range(10, 20))
     plain = plain_run(prompt, steps=20, chunk=4)
     ref, rt_ref = ds_run(prompt, plan=plan, steps=20, chunk=4, chain=False)
-    res, rt = ds_run(prompt, plan=plan, steps=20, chunk=4)   # chained: the default
+    res, rt = ds_run(prompt, plan=plan, steps=20, chunk=4, ahead=False)   # chain: default
     same(res, plain)
     same(res, ref)
     assert seq(rt) == seq(rt_ref)
@@ -128,10 +131,34 @@ def test_chained_rounds_queue_verify_behind_the_draft(plan):
     assert res.spec.rounds == ref.spec.rounds and res.spec.tau == ref.spec.tau
 
 
+@pytest.mark.parametrize("plan", [None, lambda r, p: 3, lambda r, p: 0, lambda r, p: r % 4])
+def test_precompute_ahead_of_the_predictions(plan):
+    """ahead (the default with chain): each round's precompute of all its verified rows is
+    queued right behind verify and the reads, before any wait; the draft KV the next draft
+    reads is the same (the fake's draft checks every row before its anchor), so the same
+    tokens, rounds and acceptance as the loop that precomputes j + 1 rows after the wait."""
+    prompt = list(range(10, 20))
+    kw = dict(plan=plan, steps=40, chunk=4)
+    ref, rt_ref = ds_run(prompt, ahead=False, **kw)
+    res, rt = ds_run(prompt, **kw)
+    same(res, ref)
+    assert res.spec.round_log == ref.spec.round_log and res.spec.ahead
+    ev = rt.events
+    for v in [i for i, e in enumerate(ev) if e[0] == "run" and e[1] == "verify"]:
+        nxt = next((i for i in range(v + 1, len(ev)) if ev[i][0] == "run"), None)
+        if nxt is None or ev[nxt][1] != "draft_precompute":
+            continue                                  # the run's last round, none follows
+        assert (ev[nxt][4], ev[nxt][2]) == (ev[v][4], ev[v][2])   # p, all m + 1 rows
+        assert not any(e[0] == "wait" for e in ev[v + 1:nxt])
+    rounds = [e for e in rt.runs("verify")]
+    pcs = [e for e in rt.runs("draft_precompute")][4:]             # after the prompt's
+    assert len(pcs) >= len(rounds) - 1 and len(rounds) >= 4
+
+
 def test_no_acceptance_is_one_token_per_round_and_lossless():
     prompt = [5, 1, 2]
     plain = plain_run(prompt, steps=12, chunk=4)
-    res, rt = ds_run(prompt, plan=lambda r, p: 0, steps=12, chunk=4)
+    res, rt = ds_run(prompt, plan=lambda r, p: 0, steps=12, chunk=4, ahead=False)
     same(res, plain)
     s = res.spec
     # 11 tokens after the first: rounds of 1 token while ≥ 2 steps are left, then one decode
@@ -144,7 +171,7 @@ def test_no_acceptance_is_one_token_per_round_and_lossless():
 def test_partial_acceptance_precomputes_exactly_the_accepted_rows():
     prompt = [9, 9, 8, 7, 6]
     plain = plain_run(prompt, steps=30, chunk=8)
-    res, rt = ds_run(prompt, plan=lambda r, p: 3, steps=30, chunk=8)
+    res, rt = ds_run(prompt, plan=lambda r, p: 3, steps=30, chunk=8, ahead=False)
     same(res, plain)
     # the prompt's two precomputes (its one chunk, decode_spec's row), then the rounds
     rounds = [e for e in rt.runs() if e[1] in ("verify", "draft_precompute")][2:]
@@ -193,9 +220,11 @@ def test_eos_inside_a_round_stops_there():
     eos = {full.tokens[10]}
     plain = plain_run(prompt, steps=30, chunk=4, eos=eos)
     assert plain.stop == "eos"
-    res, rt = ds_run(prompt, steps=30, chunk=4, eos=eos)
+    res, rt = ds_run(prompt, steps=30, chunk=4, eos=eos, ahead=False)
     same(res, plain)
     assert seq(rt)[-1][0] == "verify"                 # no precompute after the stop
+    ahead, _ = ds_run(prompt, steps=30, chunk=4, eos=eos)
+    same(ahead, plain)                    # ahead: queued before the EOS is seen, harmless
     v = rt.runs("verify")[-1]
     assert v[4] + v[2]["tokens"] > len(prompt) + len(plain.tokens)
 
@@ -247,6 +276,14 @@ def test_time_split_tiles_the_round_and_gpu_events():
     assert len(s.lines()) == 4 and "τ" in s.lines()[0]
     # the default loop is chained: its split is queue / wait; chain=False: draft / verify
     assert d["chained"] and "= queue " in s.lines()[2] and "+ wait " in s.lines()[2]
+    assert d["ahead"] and "the precompute of its rows launched" in s.lines()[2]
+    ticks = iter(range(10_000))                   # chained, precompute after the wait
+    rt = DSparkRuntime(block=7, mask=MASK, vocab=VOCAB, plan=lambda r, p: 2)
+    res, _ = ds_run(prompt, rt=rt, steps=30, chunk=8, clock=lambda: next(ticks),
+                    gpu_timer=lambda: FakeEvent(rt), ahead=False)
+    c = res.spec
+    assert c.gpu_precompute_ms == c.gpu_precomputes == len(rt.runs("draft_precompute")) - 2
+    assert not c.ahead and "(accept, emit, precompute launch)" in c.lines()[2]
     ticks = iter(range(10_000))
     res, _ = ds_run(prompt, rt=DSparkRuntime(block=7, mask=MASK, vocab=VOCAB,
                                              plan=lambda r, p: 2),

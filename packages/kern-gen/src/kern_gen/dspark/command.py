@@ -42,8 +42,9 @@ def dspark_command(
                                        "fusions in the few-row programs (rope + K/V writes, "
                                        "the fused GEMVs)")] = True,
     gemm_acc: Annotated[str, typer.Option(help="accumulating GEMMs (taps, Markov head) of the "
-                                          "few-row programs: cublaslt (the β = 1 extern) or "
-                                          "gemv (kern's own kern_gemv_acc_bf16)")]
+                                          "few-row programs: cublaslt (the β = 1 extern), "
+                                          "gemv (kern's own kern_gemv_acc_bf16) or taps "
+                                          "(the own GEMV for the taps alone)")]
         = DEFAULT_ACC,
     verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)] = DEFAULT_VERIFY_SPLITS,
     verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..llama.config import ModelConfig
+from ..llama.gemm import ACC_GEMV
 from ..llama.ir import Program
 from ..llama.kv import KVLayout
 from ..llama.pipeline import Result, generate as generate_llama
@@ -46,6 +47,11 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
     n = {p.name: len(p.ops) for p in progs}
     taps = ", ".join(str(t) for t in spec.tap_layers)
     tap_gemms = {p.name: sum(o.label.startswith("tap") for o in p.ops) for p in progs}
+    own = ACC_GEMV[asm.acc_impl]
+    markov = "own accumulating GEMV" if "draft" in own else "cuBLASLt β = 1 GEMM"
+    taps_how = ("the own accumulating GEMV `kern_gemv_acc_bf16` in " + ", ".join(
+        f"`{p}`" for p in sorted(own & {"decode_spec", "verify"})) + ", cuBLASLt β = 1 "
+        "elsewhere" if own else "cuBLASLt β = 1 GEMMs")
     lines = [
         "", "## DSpark draft (`kern-gen dspark`, docs/dspark.md)", "",
         f"- Draft: {spec.layers} layer(s) of the target's geometry, block {spec.block}, "
@@ -55,12 +61,13 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
         "- Tap GEMMs (into `carry`): " + ", ".join(f"`{k}` {v}" for k, v in
                                                     tap_gemms.items() if v) + ". Each tap "
         "is one GEMM per stored operand of the state after its layer (layer i + 1's fused "
-        "input norm: its in_out sum, else each summand; the projection is linear).",
+        f"input norm: its in_out sum, else each summand; the projection is linear): {taps_how} "
+        "(`--gemm-acc`).",
         "- The draft layers are the target's captured layer kernels on `draft.layers.{j}` "
         "weights and `draft.kv.L{j}` states; `draft` ends with the target's next input-norm "
         "kernel on `draft.norm.weight`, the shared lm_head on every row and the Markov head "
         f"unrolled {spec.block}x (own gather, "
-        f"{'own accumulating GEMV' if asm.acc_impl == 'gemv' else 'cuBLASLt β = 1 GEMM'}, "
+        f"{markov}, "
         f"own argmax); "
         "`draft_precompute` runs layer 0's plain RMSNorm kernel on `carry` "
         "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path.",

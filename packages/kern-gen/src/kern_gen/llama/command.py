@@ -104,8 +104,9 @@ VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DS
 
 
 VERIFY_ATTENTION_HELP = ("attention kernel of verify and the DSpark draft: split (the "
-                         "CUDA-core split-KV partial, a block per row) or rows (the "
-                         "tensor-core partial, a block for all rows of a split)")
+                         "CUDA-core split-KV partial, a block per row), rows (the "
+                         "tensor-core partial, a block for all rows of a split) or "
+                         "verify-rows (rows in verify, split in the draft)")
 
 
 def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True,

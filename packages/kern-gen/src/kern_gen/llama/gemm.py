@@ -4,7 +4,8 @@ Every GEMM kernel has the interface of ``extern:cublaslt_bf16_tn`` (:data:`PARAM
 ``[a, w, c, m, n, k]``, row-major ``C[m, n] = A[m, k]·W[n, k]ᵀ``) and every GEMM dispatch
 passes ``[a, w, c, rows, n, k]``.  The wide programs (``prefill``, ``batch``: up to
 ``tokens.max`` rows) share the one kernel ``gemm``, always cuBLASLt.  The few-row programs
-(:data:`.programs.FEW_ROWS`: ``decode``, ``verify``) declare one kernel per GEMM shape,
+(:data:`.programs.GEMV_GEMMS`: ``decode``, ``verify``, DSpark's ``decode_spec``, ``draft``
+and ``draft_precompute``) declare one kernel per GEMM shape,
 ``<program>.gemm.<n>x<k>``, whose impl is the one chosen at generation (``kern-gen …
 --gemm``): the programs (kernel names, arguments) and the kernels' params are the same for
 every choice, only those kernels' impls differ.  The names are keyed explicitly
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import WiringError
 from .ir import TOK, Op, Ref
-from .programs import FEW_ROWS
+from .programs import FEW_ROWS, GEMV_GEMMS
 
 if TYPE_CHECKING:
     from .assemble import Assembler
@@ -33,9 +34,17 @@ ACC_PARAMS = [*PARAMS[:2], "inout buffer<bf16>", *PARAMS[3:]]
 projections and Markov head): cuBLASLt, or in the few-row programs the own
 ``kern_gemv_acc_bf16`` (:data:`ACC_IMPLS`)."""
 ACC_SYMBOL = "kern_gemv_acc_bf16"
-ACC_IMPLS = ("cublaslt", "gemv")
-"""``--gemm-acc`` choices (kern-gen dspark); the default stays ``cublaslt`` until measured."""
-DEFAULT_ACC = "cublaslt"
+ACC_IMPLS = ("cublaslt", "gemv", "taps")
+"""``--gemm-acc`` choices (kern-gen dspark): ``gemv`` puts every few-row program's
+accumulating GEMM on the own GEMV, ``taps`` only the tap projections (:data:`ACC_GEMV`)."""
+ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS,
+            "taps": frozenset({"verify", "decode_spec"})}
+"""``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``.
+``taps``: measured on the H200 (Qwen3-4B shape, session 17, docs/measurements.md issue 15):
+the own GEMV in verify's four tap projections shortened verify's GPU time by 27 µs (it keeps
+the PDL chain that a cuBLASLt launch breaks), in the draft's seven Markov-head steps
+(n = vocab, k = the rank: 19 MB each) it lengthened the draft by 35 µs."""
+DEFAULT_ACC = "taps"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
@@ -161,15 +170,15 @@ def _m(rows: Any) -> dict[str, Any]:
 
 def gemm_acc(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     """``C += A·Wᵀ`` (args ``a``, ``w``, ``acc``; ``m`` = the op's ``rows`` if given, else the
-    program's): the cuBLASLt β = 1 extern (one kernel ``gemm_acc`` for every program), or with
-    ``--gemm-acc gemv`` in the few-row programs the own ``kern_gemv_acc_bf16`` per shape
-    (``<program>.gemm_acc.<n>x<k>``)."""
+    program's): the cuBLASLt β = 1 extern (one kernel ``gemm_acc`` for every program), or in
+    the programs :data:`ACC_GEMV` names for ``--gemm-acc`` the own ``kern_gemv_acc_bf16`` per
+    shape (``<program>.gemm_acc.<n>x<k>``)."""
     a = op.args
     rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
     args = [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["acc"]), _m(rows), {"i32": n},
             {"i32": k}]
-    if asm.acc_impl == "gemv" and program in FEW_ROWS:
+    if program in ACC_GEMV[asm.acc_impl]:
         _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
         nw = gemv_warps(n, k)
         st = _gemv_step(asm, ACC_SYMBOL, ACC_PARAMS, n, nw, rows)
@@ -192,7 +201,7 @@ def gemm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     n, k = a["n"], a["k"]
     args = [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c"]), _m(rows), {"i32": n},
             {"i32": k}]
-    if program not in FEW_ROWS:
+    if program not in GEMV_GEMMS:
         impl, source = cublaslt_impl(asm, rows, n, k)
         name = asm.kernel("gemm", {"params": PARAMS, "impl": impl}, source)
         return {"label": op.label, "kernel": name, "args": args}

@@ -275,19 +275,30 @@ def per_row_splits(asm: Assembler, program: str, rows: Any) -> int | None:
     return n
 
 
-VERIFY_ATTENTION = ("split", "rows")
+VERIFY_ATTENTION = ("split", "rows", "verify-rows")
 """``kern-gen --verify-attention``: the attention partial of the one-sequence programs
-(:data:`ONE_SEQUENCE`).  ``split`` (the default): :data:`DECODE_ATTENTION`'s, a block per
-(kv head, split, row).  ``rows``: ``kern_attn_rows_partial`` (ABI.md 3b′, attn_prefill.cubin),
-a block per (kv head, split) holding all rows' query heads in one tensor-core tile, then the
-split-KV reduce.  Why: the split partial's verify blocks each walk their keys alone, 10.2 µs a
-layer on the H200 against decode's 6.8 (Qwen3-4B shape, session 15)."""
+(:data:`ONE_SEQUENCE`).  ``split`` (the default): :data:`DECODE_ATTENTION`'s, a block per (kv
+head, split, row).  ``rows``: ``kern_attn_rows_partial`` (ABI.md 3b′, attn_prefill.cubin) in
+verify and the DSpark draft, a block per (kv head, split) holding all rows' query heads in
+one tensor-core tile, then the split-KV reduce; ``verify-rows``: that in verify only.  Why:
+the split partial's verify blocks each walk their keys alone, 10.2 µs a layer on the H200
+against decode's 6.8 (Qwen3-4B shape, session 15); with ``rows`` verify's GPU time in the
+Qwen3-shape DSpark loop went 3.232 → 3.169 ms and the round 4.03 → 3.95 ms, 1.345 plain steps
+(session 17, same run).  Not the default: with it in verify (``verify-rows`` as ``rows``) the
+shipped SmolLM2 draft accepted less (open chat τ 2.49 → 2.32, math-code before the first
+EOS 2.25 → 2.16; 1.70x → 1.55x to EOS), while the draft's own attention was not the cause
+(docs/measurements.md issue 15, session 17): verify's hidden states feed the draft's context
+through the taps, and the rows partial's arithmetic (P rounded to bf16 before P·V) differs
+from the split partial's."""
 DEFAULT_VERIFY_ATTENTION = "split"
+ROWS_PROGRAMS = {"split": frozenset(), "rows": ONE_SEQUENCE,
+                 "verify-rows": frozenset({"verify"})}
+"""``--verify-attention`` choice -> the programs whose attention is the rows partial."""
 
 
 def rows_attention(asm: Assembler, program: str, rows: Any) -> bool:
     """Does this program's attention use the tensor-core rows partial?"""
-    return asm.verify_attention == "rows" and program in ONE_SEQUENCE and rows == TOK
+    return program in ROWS_PROGRAMS[asm.verify_attention] and rows == TOK
 
 
 def _rows_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:

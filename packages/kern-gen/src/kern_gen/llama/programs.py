@@ -72,6 +72,17 @@ FEW_ROWS = frozenset({"decode", "verify", "decode_spec", "draft"})
 its weights; their GEMMs get the implementation chosen with ``--gemm`` (:mod:`.gemm`), while
 ``prefill`` and ``batch`` (up to ``tokens.max`` rows) keep cuBLASLt."""
 
+GEMV_GEMMS = FEW_ROWS | {"draft_precompute"}
+"""The programs whose plain GEMMs take the ``--gemm`` implementation: :data:`FEW_ROWS` and
+DSpark's ``draft_precompute``, which runs once a round on the loop's hot path over the
+round's verified rows (<= 16) and once per prompt chunk over up to ``tokens.max`` rows.  Its
+K/V GEMMs through cuBLASLt took 6.2 µs each at one row on the H200 (10 of them, 62 of the
+Qwen3 shape's 105 µs precompute, docs/measurements.md issue 15, session 17); the own GEMV
+computes each row alone (the loop's precompute ahead of the predictions gives the draft the
+same bits) and is correct at any row count, at the cost of re-reading W per 8 rows in the
+prompt's chunks (measured there too).  Only the GEMMs: the fusions of :data:`FEW_ROWS`
+(q/k/v, SiLU·mul, rope) are not applied to it."""
+
 
 def build(g: Inputs) -> list[Program]:
     """Every program: wired as captured (every assertion runs on the captured GEMMs), then

@@ -89,12 +89,14 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     once more, both runs stopping at the first EOS as ``kern-run`` does for a user
     (``to_eos``: ms/token of both over what each generated, the speedup, τ), and that pass
     again with the unchained loop (the drafts read before verify is launched,
-    ``to_eos_unchained``; the default loop queues verify behind the draft)."""
+    ``to_eos_unchained``; the default loop queues verify behind the draft) and with the
+    chained loop that launches the precompute after the predictions (``to_eos_after``; the
+    default queues it ahead, behind verify)."""
     from ..spec.setup import speculate
     common = dict(steps=steps, chunk=info.max_tokens, max_tokens=info.max_tokens, eos=(),
                   capacity=capacity, fixed_context=False, vocab=info.vocab)
     loop, timed = speculate(plan, rt), speculate(plan, rt, gpu_times=True)
-    unchained = speculate(plan, rt, chain=False)
+    unchained, after = speculate(plan, rt, chain=False), speculate(plan, rt, ahead=False)
     sets = load_prompt_sets()
     ids = {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
            for name, prompts in sets.items()}
@@ -109,7 +111,8 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
             r.gpu = {k: s[k] for k in ("gpu_draft_ms_per_round", "gpu_verify_ms_per_round",
                                        "gpu_precompute_ms_per_round")}
         out[name] = r.as_dict()
-        for key, run in (("to_eos", loop), ("to_eos_unchained", unchained)):
+        for key, run in (("to_eos", loop), ("to_eos_unchained", unchained),
+                         ("to_eos_after", after)):
             stop = SetResult(f"{name} to EOS")
             for p in prompts:
                 stop.add(spec_check(rt, p, speculate=run,
@@ -157,7 +160,8 @@ def dspark_rows(rep, sp: dict) -> None:
         rep.add(case, f"ms/token DSpark vs plain ({r['prompts']} prompts)",
                 f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
                 target="" if t is None else f"≥ {t}x", note=f"{f(sx, '.2f')}x{verdict}")
-        for key, what in (("to_eos", "DSpark"), ("to_eos_unchained", "DSpark unchained")):
+        for key, what in (("to_eos", "DSpark"), ("to_eos_unchained", "DSpark unchained"),
+                          ("to_eos_after", "DSpark, precompute after the wait")):
             e = r.get(key) or {}
             rep.add(case, f"ms/token to the first EOS, {what} vs plain",
                     f"{f(e.get('spec_ms_per_token'), '.3f')} vs "

@@ -7,7 +7,8 @@
    ``draft`` (B rows ``[a, mask × (B−1)]`` at p … p+B−1, every row ``kv_lens`` = p + B) →
    read ``draft_tokens`` → ``verify [a, d_0 … d_{m−1}]`` at p … p+m → read ``predictions`` →
    accept the longest prefix j → emit ``predictions[0 … j]`` → ``draft_precompute`` with
-   tokens = j + 1 → the new anchor ``predictions[j]`` at p + j + 1.
+   tokens = j + 1 (``ahead``: m + 1, queued behind verify) → the new anchor
+   ``predictions[j]`` at p + j + 1.
 3. m = min(k, the steps left − 1); a round is drafted only while the draft's slots
    p … p+B−1 lie below the capacity, and while at least one draft fits the steps; otherwise
    the run finishes with plain pipelined ``decode`` steps (as :func:`~kern_run.generate.
@@ -25,6 +26,16 @@ behind the draft, without waiting for it — verify's inputs but its drafts are 
 and ``draft_tokens[0 … m)`` is copied into ``token_ids[1 … m]`` on the device
 (``Runtime.copy``'s ``dst_row``); the drafts are read with the predictions. One host trip a
 round fewer; the host-clock split of the round then cannot separate draft and verify.
+
+``ahead`` (with ``chain``; the default): the round's ``draft_precompute`` is queued right
+behind verify, over all m + 1 verified rows, before the host has the predictions, so the GPU
+runs it while the host accepts instead of idling until a precompute of j + 1 rows is
+launched (the H200 measured that idle gap at ~0.07 ms a Qwen3-shape round). The rows past
+the accepted prefix get the features of rejected tokens; they lie at the new anchor
+p + j + 1 … p + m, inside the next draft's block, whose layers write their own K/V there
+before any row reads them, and the next round's precompute rewrites them: the draft reads
+the same K/V as with j + 1 rows (bit for bit where the precompute's kernels compute each
+row alone, as the own GEMV and the row-wise norms do).
 
 Host work per round is kept small: the sequence lives in one preallocated i64 array (the
 drafts are written past its end and ``token_ids`` of verify is a slice of it), the draft's
@@ -89,14 +100,16 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     on_token: Callable[[int], None] | None = None, capture: bool = True,
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
                     clock: Callable[[], float] = time.perf_counter,
-                    chain: bool = True) -> SpecResult:
+                    chain: bool = True, ahead: bool = True) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
     and the one-row decode). The arguments shared with ``generate`` mean the same;
     ``gpu_timer``: a factory of GPU timing events (:mod:`.dspark_timing`) for the GPU time
     split, None for host clocks only; ``chain``: queue each round's verify behind its draft
-    without a host trip (module docstring; False: wait for the drafts, then launch verify)."""
+    without a host trip (module docstring; False: wait for the drafts, then launch verify);
+    ``ahead``: with ``chain``, queue the precompute of every verified row behind verify
+    (module docstring; False: j + 1 rows once the predictions are read)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -106,7 +119,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     if capacity is not None:
         check_capacity(len(prompt), steps, capacity, fixed=fixed_context)
     widths = verify_widths(k, steps) if not eager else []
-    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain)
+    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain,
+                        ahead=chain and ahead)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     if capture:
         res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps)
@@ -116,7 +130,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
                        timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
-                       chain=chain)
+                       chain=chain, ahead=chain and ahead)
     loop.run(calls)
     return res
 
@@ -153,8 +167,10 @@ class _DSparkLoop(Emission):
     def __init__(self, rt: RuntimeLike, res: SpecResult, draft: DraftSpec, *, steps: int,
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
                  on_token: Callable[[int], None] | None, clock: Callable[[], float],
-                 inputs: Inputs, timer: RoundTimer | None, chain: bool = False) -> None:
+                 inputs: Inputs, timer: RoundTimer | None, chain: bool = False,
+                 ahead: bool = False) -> None:
         self.rt, self.res, self.stats, self.chain = rt, res, res.spec, chain
+        self.ahead = ahead
         self.block, self.steps, self.k, self.eos, self.eager = draft.block, steps, k, eos, eager
         self.capacity, self.on_token, self.clock = capacity, on_token, clock
         self.inputs, self.timer, self.graph = inputs, timer, not eager
@@ -182,6 +198,21 @@ class _DSparkLoop(Emission):
                                       f"would pass the capacity {self.capacity}")
             return 0
         return min(self.k, self.steps - self.produced - 1)
+
+    def may_follow(self, p: int) -> bool:
+        """Can a round follow the one at p?  False only when none can, whatever it accepts
+        (it emits at least one token: the next anchor is at p + 1 or later)."""
+        if self.capacity is not None and p + 1 + self.block > self.capacity:
+            return False
+        return self.steps - self.produced - 2 >= 1
+
+    def precompute(self, p: int, rows: int) -> None:
+        """``draft_precompute`` of carry rows 0 … rows−1 (positions p …), timed if asked."""
+        if self.timer is not None:
+            self.timer.precompute_mark(0)
+        self.launch(DRAFT_PRECOMPUTE, p, rows, self.graph)
+        if self.timer is not None:
+            self.timer.precompute_mark(1)
 
     # -- the phases -------------------------------------------------------------------------
     def run(self, calls: Sequence[Call]) -> None:
@@ -239,8 +270,9 @@ class _DSparkLoop(Emission):
         if timer is not None:
             timer.mark(1)
         w = m + 1
+        queued = False                            # this round's precompute already queued
         if self.chain:
-            drafts, preds, t_b = self.chained(p, m)
+            drafts, preds, t_b, queued = self.chained(p, m)
         else:
             read = rt.read_async(DRAFT_TOKENS, syms[B])
             self.flush()                          # stream the last round's tokens meanwhile
@@ -255,35 +287,36 @@ class _DSparkLoop(Emission):
         j, stop = self.accept(drafts, preds)
         # carry rows 0 … j: verify's accepted rows (none when no round follows: the plain
         # decode steps that end the run read no draft KV)
-        if not stop and self.room() >= 1:
-            if timer is not None:
-                timer.mark(4)
-            self.launch(DRAFT_PRECOMPUTE, p, j + 1, self.graph)
-            if timer is not None:
-                timer.mark(5)
+        if not queued and not stop and self.room() >= 1:
+            self.precompute(p, j + 1)
+            queued = True
         t_d = self.clock()
         if timer is not None:
-            timer.round(self.stats, precompute=self.res.calls[-1].program == DRAFT_PRECOMPUTE)
+            timer.round(self.stats, precompute=queued)
         self.stats.split(t_b - t_a, t_c - t_b, t_d - t_c)
         self.stats.round_s += t_d - t_a
         return stop
 
-    def chained(self, p: int, m: int) -> tuple[list[int], list[int], float]:
+    def chained(self, p: int, m: int) -> tuple[list[int], list[int], float, bool]:
         """Verify queued behind the draft: its inputs written (rows 1 … m of ``token_ids``
-        then replaced on the device by the drafts), launched, and both outputs read once.
-        (drafts, predictions, the host clock once verify is queued)."""
+        then replaced on the device by the drafts), launched, and both outputs read once;
+        with ``ahead`` the precompute of all m + 1 rows queued behind the reads. (drafts,
+        predictions, the host clock once verify is queued, whether the precompute is)."""
         rt, timer, w = self.rt, self.timer, m + 1
         self.queue_verify(p, m, drafts_on_device=True)
         t_b = self.clock()
         read = rt.read_async(DRAFT_TOKENS, self.syms[self.block])
         pred = rt.read_async(PREDICTIONS, self.syms[w])
+        queued = self.ahead and self.may_follow(p)
+        if queued:
+            self.precompute(p, w)
         self.flush()                              # stream the last round's tokens meanwhile
         drafts = read.wait().reshape(-1)[:m].tolist()
         preds = pred.wait().reshape(-1).tolist()
         if timer is not None:
             timer.previous_precompute(self.stats)
         self.seq[p + 1:p + w] = drafts
-        return drafts, preds, t_b
+        return drafts, preds, t_b, queued
 
     def queue_verify(self, p: int, m: int, drafts_on_device: bool = False) -> None:
         """Verify's inputs (``seq[p … p+m]``) written and verify launched; with

@@ -23,7 +23,9 @@ reads of a round; the three spans tile the round, so they add up to ``round_s``:
 Chained rounds (``chained``, the default loop: verify is queued behind the draft and both
 are read at once) have one synchronising read, so the same two fields mean: ``draft_s`` the
 queueing (both programs' input writes and launches, the device copy of the drafts),
-``verify_s`` the wait for both on the GPU and the readback.
+``verify_s`` the wait for both on the GPU and the readback; with ``ahead`` (the precompute of
+all verified rows queued behind verify, :mod:`.dspark`) the queueing includes that launch and
+``host_s`` is accept and emit alone.
 
 With GPU events (a runtime offering ``timing_event``, see :mod:`.dspark`), ``gpu_*_ms`` hold
 the GPU time of each program alone, summed over rounds; None without them."""
@@ -49,6 +51,7 @@ class DSparkStats(SpecStats):
     gpu_precomputes: int = 0            # precomputes (after a round) whose GPU time is summed
     tail_reason: str | None = None      # why the run ended in plain decode steps, if it did
     chained: bool = False               # verify queued behind the draft (module docstring)
+    ahead: bool = False                 # chained, and the precompute queued behind verify
 
     def record(self, drafts: int, accepted: int, tokens: int, span_s: float) -> None:
         super().record(drafts, accepted, tokens, span_s)
@@ -93,13 +96,19 @@ class DSparkStats(SpecStats):
                   "gpu_verify_ms_per_round": per(self.gpu_verify_ms, self.gpu_rounds),
                   "gpu_precompute_ms_per_round": per(self.gpu_precompute_ms,
                                                      self.gpu_precomputes),
-                  "tail_reason": self.tail_reason, "chained": self.chained})
+                  "tail_reason": self.tail_reason, "chained": self.chained,
+                  "ahead": self.ahead})
         return d
 
     def split_line(self, f) -> str:
         """The host-clock split of a round in words (chained or not: module docstring)."""
         d, v = self.per_round_ms(self.draft_s), self.per_round_ms(self.verify_s)
         h = f(self.per_round_ms(self.host_s), '.3f')
+        if self.ahead:
+            return (f"round {f(self.ms_per_round, '.3f')} ms = queue {f(d, '.3f')} (draft, "
+                    f"verify and the precompute of its rows launched) + wait {f(v, '.3f')} "
+                    f"(on the GPU, incl. the previous precompute) + host {h} ms "
+                    f"(accept, emit)")
         if self.chained:
             return (f"round {f(self.ms_per_round, '.3f')} ms = queue {f(d, '.3f')} (draft "
                     f"and verify launched, verify behind the draft) + wait {f(v, '.3f')} "

@@ -75,13 +75,15 @@ def gpu_timer_for(rt: object) -> Callable[[], object] | None:
 
 
 def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
-              chain: bool = True) -> Callable[..., SpecResult]:
+              chain: bool = True, ahead: bool = True) -> Callable[..., SpecResult]:
     """The loop of ``plan`` taking :func:`~kern_run.generate.generate`'s arguments (for
     :func:`~kern_run.spec.check.spec_check`'s ``speculate`` or a direct call).
     ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round);
-    ``chain``: DSpark's verify queued behind its draft (:mod:`.dspark`)."""
+    ``chain``: DSpark's verify queued behind its draft, ``ahead``: and the precompute of its
+    rows behind verify (:mod:`.dspark`)."""
     if plan.drafter == "dspark":
         timer = gpu_timer_for(rt) if gpu_times and rt is not None else None
         return partial(dspark_generate, draft=plan.draft, k=plan.k,
-                       verify_max=plan.verify_max, gpu_timer=timer, chain=chain)
+                       verify_max=plan.verify_max, gpu_timer=timer, chain=chain,
+                       ahead=ahead)
     return partial(spec_generate, k=plan.k, ngram=plan.ngram, verify_max=plan.verify_max)
