@@ -21,7 +21,7 @@ from kern_gen.dspark.programs import ORDER, build
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama import config as C
 from kern_gen.llama.command import PRESETS
-from kern_gen.llama.ir import CARRY, Op, Ref, is_weight, reads, writes
+from kern_gen.llama.ir import CARRY, TOKEN_IDS, Op, Ref, is_weight, reads, writes
 from kern_gen.llama.kv import KVLayout
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,24 +60,17 @@ def test_tiny_draft_generates_and_verifies_clean(target):
 
 
 def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
-    """``--gemm-acc gemv``: the taps of decode_spec / verify and the draft's Markov head run
-    the own kern_gemv_acc_bf16 (the extern's interface, one kernel per program and shape);
+    """``--gemm-acc gemv`` (the default): the taps of decode_spec / verify run the own
+    kern_gemv_acc_bf16 (the extern's interface, one kernel per program and shape);
     every dispatch is otherwise the same, prefill's taps stay cuBLASLt; verifies clean."""
     import json
     from kern_gen.llama.gemm import ACC_PARAMS, ACC_SYMBOL, gemv_warps
     kw = dict(mined=target["mined"], own_cubins=own_committed(target["out"]))
     spec = tiny(target["cfg"])
     docs = [json.loads(generate(target["cap"], target["cfg_path"], extension=DSpark(spec),
-                                gemm_acc=acc, **kw).manifest)
-            for acc in ("cublaslt", "gemv", "taps")]
-    plain, acc, taps = docs
+                                gemm_acc=acc, **kw).manifest) for acc in ("cublaslt", "gemv")]
+    plain, acc = docs
     assert kern_manifest.verify(kern_manifest.from_obj(acc)) == []
-    assert kern_manifest.verify(kern_manifest.from_obj(taps)) == []
-    # taps: verify's and decode_spec's accumulating GEMMs as with gemv, the draft's as plain
-    for prog in ORDER:
-        want = acc if prog in ("decode_spec", "verify") else plain
-        assert taps["programs"][prog] == want["programs"][prog], prog
-    assert any(d["kernel"] == "gemm_acc" for d in taps["programs"]["draft"]["dispatches"])
     swapped = 0
     for prog in ORDER:
         for x, y in zip(plain["programs"][prog]["dispatches"],
@@ -85,7 +78,7 @@ def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
             if x == y:
                 continue
             assert x["kernel"] == "gemm_acc" and x["args"] == y["args"], (prog, x["label"])
-            assert prog in ("decode_spec", "verify", "draft")
+            assert prog in ("decode_spec", "verify")
             n, k = x["args"][4]["i32"], x["args"][5]["i32"]
             assert y["kernel"] == f"{prog}.gemm_acc.{n}x{k}"
             kern = acc["kernels"][y["kernel"]]
@@ -95,8 +88,7 @@ def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):
             swapped += 1
     assert swapped and any(d["kernel"] == "gemm_acc"
                            for d in acc["programs"]["prefill"]["dispatches"])
-    with pytest.raises(WiringError,
-                       match=r"--gemm-acc `fast`: choose one of cublaslt, gemv, taps"):
+    with pytest.raises(WiringError, match=r"--gemm-acc `fast`: choose one of cublaslt, gemv"):
         generate(target["cap"], target["cfg_path"], extension=DSpark(spec), gemm_acc="fast",
                  **kw)
 
@@ -159,8 +151,11 @@ def test_draft_runs_target_layers_on_draft_weights_and_kv(target):
     verify = [o.label for o in progs["verify"].ops]
     cut = labels.index("norm")
     assert labels[:cut] == verify[:cut]           # the captured layer-0 ops, in order
-    assert labels[cut + 1:] == ["lm_head"] + [f"markov{t}{s}" for t in range(3)
-                                              for s in (".gather", "", ".argmax")]
+    assert labels[cut + 1:] == ["lm_head"] + [f"markov{t}" for t in range(3)]
+    steps = dr.ops[cut + 2:]                      # one own step kernel each, chained by prev
+    assert all(o.kind == "markov" and o.args["rank"] == 8 for o in steps)
+    assert [o.args["prev"] for o in steps] == [TOKEN_IDS] + [o.args["out"] for o in steps[:-1]]
+    assert [o.args["logits"].offset for o in steps] == [t * cfg.vocab * 2 for t in range(3)]
     assert dr.ops[cut].site == progs["verify"].ops[cut].site      # layer 1's input norm
     assert "draft.norm.weight" in [r.buf for r in reads(dr.ops[cut])]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import re
+
 import pytest
 
 from kern_gen.llama import WiringError
@@ -41,7 +43,23 @@ def test_an_op_without_emitter_is_refused():
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
     assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "embedding", "angles",
-            "rope_kv", "attention", "argmax"} == set(EMIT)
+            "rope_kv", "attention", "argmax", "markov"} == set(EMIT)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"rank": 12}, "Markov rank 12; the own step kernel needs a multiple of 8 up to 256"),
+    ({"rank": 264}, "Markov rank 264; the own step kernel needs a multiple of 8 up to 256"),
+    ({"w2": Ref(buf="draft.markov_w2.weight", offset=8)},
+     "`draft.markov_w2.weight` at byte offset 8; the step kernel needs 16-byte alignment"),
+])
+def test_markov_step_emitter_refuses_what_the_kernel_cannot_do(change, needle):
+    """ABI.md 2a: rank a multiple of 8 up to the kernel's shared row, aligned tables."""
+    asm = Assembler(None, CFG, KVLayout.of(CFG, 8), {"argmax.cubin": b"stand-in"}, "toy")
+    args = {"prev": Ref(buf="token_ids"), "w1": Ref(buf="draft.markov_w1.weight"),
+            "w2": Ref(buf="draft.markov_w2.weight"), "logits": Ref(buf="draft.logits"),
+            "out": Ref(buf="draft_tokens"), "rank": 64}
+    with pytest.raises(WiringError, match=re.escape(f"draft: markov0: {needle}")):
+        EMIT["markov"](asm, "draft", Op("markov", "markov0", args={**args, **change}), TOK)
 
 
 @pytest.mark.parametrize("kind,args", [

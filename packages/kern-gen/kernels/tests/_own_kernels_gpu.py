@@ -114,6 +114,16 @@ class Kernels:
                                           np.int32(vocab)))
         f2((rows, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
 
+    def markov(self, prev, w1, w2, logits, part_val, part_idx, out, parts):
+        """DSpark's Markov step (ABI.md 2a): ``out[0] = argmax(bf16(logits + w2 · w1[prev]))``
+        over one row, ``parts`` partial blocks."""
+        vocab, rank = w2.shape
+        f1 = self.fn("argmax.cubin", "kern_argmax_markov_bf16_partial")
+        f2 = self.fn("argmax.cubin", "kern_argmax_bf16_reduce")
+        f1((1, parts, 1), (256, 1, 1), (ptr(prev), ptr(w1), ptr(w2), ptr(logits), ptr(part_val),
+                                        ptr(part_idx), np.int32(vocab), np.int32(rank)))
+        f2((1, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
+
     def gemv(self, a, w, c, m=None, warps=None):
         """c[m, n] = a[m, k] @ w[n, k]^T (bf16, contiguous); ``warps`` per block (default:
         the generator's rule)."""

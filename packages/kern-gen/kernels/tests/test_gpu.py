@@ -1,4 +1,4 @@
-"""GPU tests of kern's own small kernels (embedding, argmax): load the cubins with cupy,
+"""GPU tests of kern's own small kernels (embedding, argmax, the Markov step): load the cubins with cupy,
 launch them with the flat ABI of ABI.md on random inputs (outputs poisoned with NaN first),
 compare with torch in float32.  The attention kernels are in ``test_attn_gpu.py``, the GEMV
 in ``test_gemv_gpu.py``; the ``env`` fixture is in ``conftest.py``.
@@ -98,3 +98,50 @@ def test_argmax_unaligned_view_uses_scalar_path(env):
     logits = base[1:].view(3, 4096)          # 2-byte misaligned rows
     got = _run_argmax(torch, k, logits, 64)
     assert torch.equal(got, torch.argmax(logits, dim=-1))
+
+
+# ----------------------------------------------------------------------- Markov step (2a)
+
+def _markov_case(torch, vocab, rank, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w1 = (torch.randn((vocab, rank), generator=g, device="cuda") * 0.5).to(torch.bfloat16)
+    w2 = (torch.randn((vocab, rank), generator=g, device="cuda") * 0.5).to(torch.bfloat16)
+    logits = (torch.randn((vocab,), generator=g, device="cuda") * 3).to(torch.bfloat16)
+    return w1, w2, logits
+
+
+def _run_markov(torch, k, prev, w1, w2, logits, parts):
+    pv = torch.full((parts,), float("nan"), dtype=torch.float32, device="cuda")
+    pi = torch.full((parts,), -7, dtype=torch.int32, device="cuda")
+    out = torch.full((1,), -5, dtype=torch.int64, device="cuda")
+    k.markov(torch.tensor([prev], dtype=torch.int64, device="cuda"), w1, w2, logits, pv, pi,
+             out, parts)
+    torch.cuda.synchronize()
+    return int(out[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab,rank,parts", [(151936, 64, 512), (49152, 64, 512),
+                                              (1000, 8, 512), (37, 16, 7), (5000, 256, 64)])
+def test_markov_step_is_the_argmax_of_the_summed_row(env, vocab, rank, parts):
+    """Against float64: the row bf16(logits + w2 · w1[prev]) (one rounding), its argmax; the
+    kernel's f32 dot may round a value to the neighbouring bf16, so a different column is
+    accepted only within one bf16 step of the reference maximum (reported)."""
+    torch, _own_kernels_gpu, k = env
+    for seed, prev in ((vocab + rank, 0), (7, vocab - 1), (11, vocab // 3)):
+        w1, w2, logits = _markov_case(torch, vocab, rank, seed)
+        ref = (logits.double() + w2.double() @ w1[prev].double()).to(torch.bfloat16).double()
+        got = _run_markov(torch, k, prev, w1, w2, logits, parts)
+        want = int(torch.argmax(ref))
+        if got != want:
+            gap = float(ref[want] - ref[got])
+            _report(f"markov vocab {vocab} rank {rank}: column {got} vs {want}, gap {gap:.3g}")
+            assert gap <= abs(float(ref[want])) * 2 ** -7, (got, want, gap)
+
+
+@pytest.mark.gpu
+def test_markov_step_out_of_range_prev_adds_nothing(env):
+    torch, _own_kernels_gpu, k = env
+    w1, w2, logits = _markov_case(torch, 4096, 64, 3)
+    for prev in (-1, 4096, 1 << 40):
+        assert _run_markov(torch, k, prev, w1, w2, logits, 512) == int(torch.argmax(logits))

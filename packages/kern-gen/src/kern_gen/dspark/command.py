@@ -41,10 +41,9 @@ def dspark_command(
     fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
                                        "fusions in the few-row programs (rope + K/V writes, "
                                        "the fused GEMVs)")] = True,
-    gemm_acc: Annotated[str, typer.Option(help="accumulating GEMMs (taps, Markov head) of the "
-                                          "few-row programs: cublaslt (the β = 1 extern), "
-                                          "gemv (kern's own kern_gemv_acc_bf16) or taps "
-                                          "(the own GEMV for the taps alone)")]
+    gemm_acc: Annotated[str, typer.Option(help="accumulating GEMMs (the taps) of the "
+                                          "few-row programs: cublaslt (the β = 1 extern) or "
+                                          "gemv (kern's own kern_gemv_acc_bf16)")]
         = DEFAULT_ACC,
     verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)] = DEFAULT_VERIFY_SPLITS,
     verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]

@@ -6,9 +6,9 @@
   attention reads each row's keys up to its ``kv_lens`` (the caller writes p + B for every
   row: non-causal inside the block) —, then layer n's input norm, which normalises the state
   after draft layer n − 1, with the draft's final norm weight, the shared ``lm_head`` on every
-  row and the Markov head unrolled over the block: gather ``markov_w1[prev]`` (the own
-  embedding kernel on another table, one row), ``logits[t] += row · markov_w2ᵀ`` (β = 1
-  GEMM, one row), argmax of row t into ``draft_tokens[t]``, which is the next step's prev.
+  row and the Markov head unrolled over the block: step t is one own kernel (ABI.md 2a,
+  :mod:`..llama.markov`) taking the argmax of ``logits[t] + markov_w2 · markov_w1[prev]`` into
+  ``draft_tokens[t]``, which is the next step's prev (step 0's prev: ``token_ids[0]``).
 - ``draft_precompute`` (tokens = the rows in ``carry``): layer 0's input-norm kernel (a plain
   RMSNorm: it reads one activation) on ``carry`` with ``draft.hidden_norm``, then per draft
   layer only the K/V path of the captured layer: k_proj and v_proj (views of the merged
@@ -101,7 +101,6 @@ def draft(g: Inputs, spec: DraftSpec) -> Program:
     final = replace(norm, label="norm", ptrs={**norm.ptrs, wp[0]: ("in", Ref(buf=names.FINAL_NORM))})
     body = _renamed(Program("draft", TOK, w.ops[:k] + [final], {}), n, cfg).ops
     logits = Ref(buf="draft.logits")
-    row = Ref(buf="draft.markov.row")
     # lm_head on the block's B rows exactly (draft.logits is [B, vocab]: the Markov steps
     # address its rows by literal offsets)
     ops = body + [Op("gemm", "lm_head", None, args={
@@ -110,17 +109,12 @@ def draft(g: Inputs, spec: DraftSpec) -> Program:
     for t in range(B):
         prev = TOKEN_IDS if t == 0 else Ref(buf=DRAFT_TOKENS.buf, offset=(t - 1) * I64)
         at = Ref(buf=logits.buf, offset=t * V * 2)
-        ops += [Op("embedding", f"markov{t}.gather", None, args={
-                    "ids": prev, "table": Ref(buf=names.MARKOV_W1), "out": row,
-                    "width": spec.markov_rank, "rows": 1}),
-                Op("gemm_acc", f"markov{t}", None, args={
-                    "a": row, "w": Ref(buf=names.MARKOV_W2), "acc": at, "n": V,
-                    "k": spec.markov_rank, "rows": 1}),
-                Op("argmax", f"markov{t}.argmax", None, args={
-                    "logits": at, "out": Ref(buf=DRAFT_TOKENS.buf, offset=t * I64), "rows": 1})]
+        ops.append(Op("markov", f"markov{t}", None, args={
+            "prev": prev, "w1": Ref(buf=names.MARKOV_W1), "w2": Ref(buf=names.MARKOV_W2),
+            "logits": at, "out": Ref(buf=DRAFT_TOKENS.buf, offset=t * I64),
+            "rank": spec.markov_rank}))
     return _finish("draft", w, ops, [
         Buf(logits.buf, "bf16", V, "workspace", shape=[B, V]),
-        Buf(row.buf, "bf16", spec.markov_rank, "workspace", shape=[1, spec.markov_rank]),
         Buf(DRAFT_TOKENS.buf, "i64", 1, "output", shape=[B])])
 
 

@@ -48,7 +48,6 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
     taps = ", ".join(str(t) for t in spec.tap_layers)
     tap_gemms = {p.name: sum(o.label.startswith("tap") for o in p.ops) for p in progs}
     own = ACC_GEMV[asm.acc_impl]
-    markov = "own accumulating GEMV" if "draft" in own else "cuBLASLt β = 1 GEMM"
     taps_how = ("the own accumulating GEMV `kern_gemv_acc_bf16` in " + ", ".join(
         f"`{p}`" for p in sorted(own & {"decode_spec", "verify"})) + ", cuBLASLt β = 1 "
         "elsewhere" if own else "cuBLASLt β = 1 GEMMs")
@@ -66,11 +65,11 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
         "- The draft layers are the target's captured layer kernels on `draft.layers.{j}` "
         "weights and `draft.kv.L{j}` states; `draft` ends with the target's next input-norm "
         "kernel on `draft.norm.weight`, the shared lm_head on every row and the Markov head "
-        f"unrolled {spec.block}x (own gather, "
-        f"{markov}, "
-        f"own argmax); "
+        f"unrolled {spec.block}x, each step one own kernel (`draft.markov`: the argmax of "
+        "`logits[t] + markov_w2 · markov_w1[prev]`, ABI.md 2a); "
         "`draft_precompute` runs layer 0's plain RMSNorm kernel on `carry` "
-        "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path.",
-        "- No own kernel was added for the draft: the non-causal block is the caller's "
-        "`kv_lens` (p + block for every row).", ""]
+        "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path (its GEMMs "
+        "through the `--gemm` implementation).",
+        "- The non-causal block is the caller's `kv_lens` (p + block for every row): no own "
+        "attention kernel for it.", ""]
     return "\n".join(lines)

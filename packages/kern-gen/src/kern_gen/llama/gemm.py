@@ -34,17 +34,16 @@ ACC_PARAMS = [*PARAMS[:2], "inout buffer<bf16>", *PARAMS[3:]]
 projections and Markov head): cuBLASLt, or in the few-row programs the own
 ``kern_gemv_acc_bf16`` (:data:`ACC_IMPLS`)."""
 ACC_SYMBOL = "kern_gemv_acc_bf16"
-ACC_IMPLS = ("cublaslt", "gemv", "taps")
-"""``--gemm-acc`` choices (kern-gen dspark): ``gemv`` puts every few-row program's
-accumulating GEMM on the own GEMV, ``taps`` only the tap projections (:data:`ACC_GEMV`)."""
-ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS,
-            "taps": frozenset({"verify", "decode_spec"})}
-"""``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``.
-``taps``: measured on the H200 (Qwen3-4B shape, session 17, docs/measurements.md issue 15):
-the own GEMV in verify's four tap projections shortened verify's GPU time by 27 µs (it keeps
-the PDL chain that a cuBLASLt launch breaks), in the draft's seven Markov-head steps
-(n = vocab, k = the rank: 19 MB each) it lengthened the draft by 35 µs."""
-DEFAULT_ACC = "taps"
+ACC_IMPLS = ("cublaslt", "gemv")
+"""``--gemm-acc`` choices (kern-gen dspark): ``gemv`` (the default) puts the few-row programs'
+accumulating GEMMs (the tap projections of verify and decode_spec) on the own GEMV.  Measured
+on the H200 (session 17, docs/measurements.md issue 15): verify's GPU time 3.232 → 3.208 ms
+on the Qwen3-4B shape (it keeps the PDL chain that a cuBLASLt launch breaks), SmolLM2's 0.764
+→ 0.754 ms, the shipped draft's acceptance unchanged.  (The draft's Markov head, where the
+GEMV was slower, is now one own kernel: :mod:`.markov`.)"""
+ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS}
+"""``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``."""
+DEFAULT_ACC = "gemv"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]

@@ -73,7 +73,7 @@ def is_weight(buf: str | None) -> bool:
 @dataclass
 class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | embedding | angles
-                       # | rope_kv | attention | argmax
+                       # | rope_kv | attention | argmax | markov
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
