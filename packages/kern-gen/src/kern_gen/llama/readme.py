@@ -58,9 +58,10 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"{per_row_splits(asm, 'verify', TOK)} key splits (the attention kernel takes that "
           f"count times `tokens` as a 7th argument; ABI.md 3a).\n")
     if asm.verify_attention != "split":
-        who = "verify" if asm.verify_attention == "verify-rows" else "verify and the DSpark draft"
+        who = ("verify runs" if asm.verify_attention == "verify-rows"
+               else "verify and the DSpark draft run")
         w(f"- **Attention of the one-sequence programs** `--verify-attention "
-          f"{asm.verify_attention}`: {who} run the tensor-core rows "
+          f"{asm.verify_attention}`: {who} the tensor-core rows "
           f"partial (a block per kv head and split holds every row's query heads; ABI.md 3b′) "
           f"and the split-KV reduce.\n")
     rope = sorted(k for k in asm.kernels if k.endswith(".rope_kv"))
