@@ -225,7 +225,7 @@ def repeats(rt, ids, args, tmax, ds, plain, sp) -> dict[str, bool]:
     return out
 
 
-def profile_programs(rt, block: int, log, chunk: int) -> None:
+def profile_programs(rt, block: int, log, chunk: int, capacity: int) -> None:
     """decode, verify (8 rows), draft and draft_precompute (1 row, a round's block + 1 and a
     prompt chunk of ``chunk`` rows at positions 0 …, written first), each replayed
     back-to-back under torch.profiler on the state the last loop left (every input valid), by
@@ -236,7 +236,8 @@ def profile_programs(rt, block: int, log, chunk: int) -> None:
                             ("draft_precompute", 1), ("draft_precompute", block + 1),
                             ("draft_precompute", chunk)):
         if tokens > block + 1:                # a prompt chunk's rows at 0 … chunk−1
-            Inputs(chunk, table_pages=table_pages_of(rt)).write(rt, [0] * tokens, 0)
+            Inputs(chunk, table_pages=table_pages_of(rt), capacity=capacity).write(
+                rt, [0] * tokens, 0)
         b = breakdown(record_program(rt, program, {"tokens": tokens}, gpu=0), STEPS)
         log(f"profile {program} (tokens {tokens}):\n  " + "\n  ".join(b.lines()))
 
@@ -365,7 +366,7 @@ def main(argv=None) -> int:
             f"{row['plain_ms']:.3f} ms/token, dspark {row['spec_ms']:.3f} ms/token "
             f"({row['plain_ms'] / max(row['spec_ms'], 1e-9):.2f}x)\n{row['stats']}")
     if args.profile:
-        profile_programs(rt, spec["block"], log, min(tmax, args.capacity))
+        profile_programs(rt, spec["block"], log, min(tmax, args.capacity), args.capacity)
     rt.close()
     (args.out / "device_check_dspark.json").write_text(json.dumps(report, indent=1))
     log(f"done: {'FAIL' if bad else 'ok'} ({bad} bad)")

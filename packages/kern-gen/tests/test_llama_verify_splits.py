@@ -109,25 +109,6 @@ def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
     assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
-def test_verify_rows_keeps_the_split_partial_in_the_draft(rows_variants, name):
-    """``--verify-attention verify-rows`` (the default): verify's attention as with ``rows``,
-    the draft's the split kernel of decode's interface; every other dispatch the same."""
-    rows, vr = rows_variants[name]["rows"], rows_variants[name]["verify-rows"]
-    assert not kern_manifest.verify(kern_manifest.decode(json.dumps(vr)))
-    assert vr["programs"]["verify"] == rows["programs"]["verify"]
-    assert vr["kernels"]["verify.attention"] == rows["kernels"]["verify.attention"]
-    draft = [d for d in vr["programs"]["draft"]["dispatches"] if d["label"].endswith(".attn")]
-    assert draft
-    for d in draft:
-        k = vr["kernels"][d["kernel"]]
-        assert k["params"] == DECODE_IFACE and len(d["args"]) == len(DECODE_IFACE)
-        assert k["impl"]["steps"][0]["symbol"].startswith("kern_attn_decode_partial_bf16_d")
-    others = [p for p in vr["programs"] if p not in ("verify", "draft")]
-    for p in others:
-        assert vr["programs"][p] == rows["programs"][p], p
-
-
 def test_bad_value_is_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["qwen3", "--verify-splits", "many", "--out", str(out)])
@@ -202,7 +183,7 @@ def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
 
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_verify_rows_keeps_the_split_partial_in_the_draft(rows_variants, name):
-    """``--verify-attention verify-rows`` (the default): verify's attention as with ``rows``,
+    """``--verify-attention verify-rows``: verify's attention as with ``rows``,
     the draft's the split kernel of decode's interface; every other dispatch the same."""
     rows, vr = rows_variants[name]["rows"], rows_variants[name]["verify-rows"]
     assert not kern_manifest.verify(kern_manifest.decode(json.dumps(vr)))

@@ -80,7 +80,9 @@ K/V GEMMs through cuBLASLt took 6.2 µs each at one row on the H200 (10 of them,
 Qwen3 shape's 105 µs precompute, docs/measurements.md issue 15, session 17); the own GEMV
 computes each row alone (the loop's precompute ahead of the predictions gives the draft the
 same bits) and is correct at any row count, at the cost of re-reading W per 8 rows in the
-prompt's chunks (measured there too).  Only the GEMMs: the fusions of :data:`FEW_ROWS`
+prompt's chunks (not yet measured there: the profile of a 2048-row chunk in
+``device_check_dspark.py`` failed on its block-table write in session 17).  Only the GEMMs:
+the fusions of :data:`FEW_ROWS`
 (q/k/v, SiLU·mul, rope) are not applied to it."""
 
 

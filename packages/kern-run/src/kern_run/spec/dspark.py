@@ -119,8 +119,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     if capacity is not None:
         check_capacity(len(prompt), steps, capacity, fixed=fixed_context)
     widths = verify_widths(k, steps) if not eager else []
-    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain,
-                        ahead=chain and ahead)
+    ahead = chain and ahead
+    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain, ahead=ahead)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     if capture:
         res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps)
@@ -130,7 +130,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
                        timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
-                       chain=chain, ahead=chain and ahead)
+                       chain=chain, ahead=ahead)
     loop.run(calls)
     return res
 
