@@ -337,7 +337,24 @@ def main(argv=None) -> int:
                                        ahead=ahead, gpu_timer=lambda: timing_event(rt)).spec
                 chained[key] = st_t.lines()
                 log(f"{key} with GPU events: " + " | ".join(st_t.lines()[2:]))
-            bad += not (chained["chained_same"] and chained["after_same"])
+            spp = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                  draft=ds, capacity=args.capacity, chain=True, pipeline=True)
+            pst = spp.spec
+            chained.update(pipelined_same=spp.tokens == sc.tokens and
+                           pst.round_log == sc.spec.round_log and pst.pipelined,
+                           pipelined_ms=1e3 * spp.decode_s / max(spp.decode_tokens, 1),
+                           pipelined_round_ms=pst.ms_per_round,
+                           chained_round_ms=sc.spec.ms_per_round,
+                           pipelined_queued=pst.queued_ahead, pipelined_lines=pst.lines())
+            plain_ms = 1e3 * plain.decode_s / max(plain.decode_tokens, 1)
+            log(f"pipelined: tokens and rounds {'identical to' if chained['pipelined_same'] else 'DIFFER from'} "
+                f"the chained loop's; {chained['pipelined_ms']:.3f} ms/token; round "
+                f"{pst.ms_per_round:.3f} ms = {pst.ms_per_round / plain_ms:.3f} plain steps "
+                f"(chained {sc.spec.ms_per_round:.3f} ms = "
+                f"{sc.spec.ms_per_round / plain_ms:.3f}); {pst.queued_ahead} of {pst.rounds} "
+                f"rounds queued ahead | " + " | ".join(pst.lines()[2:]))
+            bad += not (chained["chained_same"] and chained["after_same"]
+                        and chained["pipelined_same"])
             log(f"chained: tokens {'identical to' if chained['chained_same'] else 'DIFFER from'}"
                 f" the unchained loop's; {chained['chained_ms']:.3f} ms/token")
         if args.repeat:

@@ -110,6 +110,140 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// cp.async of one key tile's K and V rows: tile row `row` (< kBN) is key key0 + row, in slot
+// pages.page[row / kPageTokens] * kPageTokens + row % kPageTokens; keys >= key_end are
+// zero-filled, nothing read (k_cache / v_cache stand in as their addresses).  kp, vp: the
+// kv head's K and V base; dK, dV: [kBN][D] swizzled tiles in shared memory.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(
+    __nv_bfloat16* dK, __nv_bfloat16* dV, const TilePages& pages, int key0, int key_end,
+    const __nv_bfloat16* kp, const __nv_bfloat16* vp, int64_t k_stride_slot,
+    int64_t v_stride_slot, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, int tid) {
+    // Thread tid copies chunk c = tid % CPR of the tile rows tid / CPR + n * RS (n < RPT).
+    // RS is 8 (d128) or 16 (d64), so row n lies in page (n * RS) / kPageTokens of the tile
+    // whatever tid is: the page index is a compile-time constant per n.
+    constexpr int CPR = D / 8;                    // 16-byte chunks per row
+    constexpr int RS = kThreads / CPR;            // rows copied per pass of the block
+    constexpr int RPT = kBN / RS;                 // rows copied per thread
+    static_assert(kThreads % CPR == 0 && kBN % RS == 0 && kPageTokens % RS == 0,
+                  "a thread's tile row n stays in page n * RS / kPageTokens");
+    const int c = tid % CPR;
+#pragma unroll
+    for (int n = 0; n < RPT; ++n) {
+        const int row = tid / CPR + n * RS;
+        const int key = key0 + row;
+        const bool valid = key < key_end;
+        const int64_t slot = (int64_t)pages.page[n * RS / kPageTokens] * kPageTokens +
+                             (row & (kPageTokens - 1));
+        const __nv_bfloat16* ks = valid ? kp + slot * k_stride_slot + c * 8 : k_cache;
+        const __nv_bfloat16* vs = valid ? vp + slot * v_stride_slot + c * 8 : v_cache;
+        cp_async16(dK + swz<D>(row, c), ks, valid);
+        cp_async16(dV + swz<D>(row, c), vs, valid);
+    }
+}
+
+// This warp's 16 query rows (warp * 16 ..) of the [kBM][D] swizzled Q tile sQ, as the mma A
+// fragments tile_scores takes (D / 16 k16 steps).
+template <int D>
+__device__ __forceinline__ void load_q_frags(uint32_t (&qf)[D / 16][4], const __nv_bfloat16* sQ,
+                                             int warp, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int c = ks * 2 + (lane >> 4);
+        ldsm_x4(qf[ks], sQ + swz<D>(row, c));
+    }
+}
+
+// This warp's 16 query rows against one key tile, on tensor cores: s = Q·Kᵀ (raw dot
+// products, f32).  qf: the rows' Q fragments (mma A layout, D / 16 k16 steps); tK: a
+// [kBN][D] swizzled key tile in shared memory.  s[nb][e], C layout: thread (g = lane >> 2,
+// tg = lane & 3) holds row g (e = 0, 1) or g + 8 (e = 2, 3), key nb * 8 + 2 * tg + (e & 1).
+template <int D>
+__device__ __forceinline__ void tile_scores(float (&s)[kBN / 8][4], const uint32_t (&qf)[D / 16][4],
+                                            const __nv_bfloat16* tK, int lane) {
+    constexpr int KS = D / 16, NS = kBN / 8;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < NS / 2; ++np) {
+            uint32_t b[4];
+            const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
+            const int c = ks * 2 + ((lane >> 3) & 1);
+            ldsm_x4(b, tK + swz<D>(row, c));
+            mma16816(s[2 * np], qf[ks], b[0], b[1]);
+            mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+        }
+    }
+}
+
+// One key tile of the online softmax and O += P·V for this thread's rows a (g) and b (g + 8).
+// s: the tile's scores in the log2 domain (masked keys -inf), tile_scores' layout; becomes
+// P = exp2(s - m).  m_*: running row max (log2 domain, -inf until a key is kept); l_*: this
+// thread's share of the row sum (its two columns of each n8 block; the quad sum is the
+// caller's); o: the unnormalised [D / 8][4] accumulator (C layout, columns nd * 8 + 2 * tg),
+// rescaled to the new max, then += P·V with P rounded to bf16.  tV: the tile's [kBN][D]
+// swizzled values in shared memory.  A row whose keys are all masked so far stays m = -inf,
+// l = 0, o = 0.
+template <int D>
+__device__ __forceinline__ void softmax_pv(float (&s)[kBN / 8][4], float (&o)[D / 8][4],
+                                           float& m_a, float& m_b, float& l_a, float& l_b,
+                                           const __nv_bfloat16* tV, int lane) {
+    constexpr int ND = D / 8, NS = kBN / 8;
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int nb = 0; nb < NS; ++nb) {
+        mx_a = fmaxf(mx_a, fmaxf(s[nb][0], s[nb][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[nb][2], s[nb][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float use_a = (mx_a == -CUDART_INF_F) ? 0.f : mx_a;
+    const float use_b = (mx_b == -CUDART_INF_F) ? 0.f : mx_b;
+    const float corr_a = exp2f(m_a - use_a);
+    const float corr_b = exp2f(m_b - use_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+    for (int nb = 0; nb < NS; ++nb) {
+        s[nb][0] = exp2f(s[nb][0] - use_a);
+        s[nb][1] = exp2f(s[nb][1] - use_a);
+        s[nb][2] = exp2f(s[nb][2] - use_b);
+        s[nb][3] = exp2f(s[nb][3] - use_b);
+        sum_a += s[nb][0] + s[nb][1];
+        sum_b += s[nb][2] + s[nb][3];
+    }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+        o[nd][0] *= corr_a; o[nd][1] *= corr_a;
+        o[nd][2] *= corr_b; o[nd][3] *= corr_b;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < ND / 2; ++dp) {
+            uint32_t b[4];
+            const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            const int c = dp * 2 + (lane >> 4);
+            ldsm_x4_t(b, tV + swz<D>(row, c));
+            mma16816(o[2 * dp], a, b[0], b[1]);
+            mma16816(o[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void prefill(
     const __nv_bfloat16* __restrict__ q,
@@ -154,29 +288,9 @@ __device__ __forceinline__ void prefill(
         const __nv_bfloat16* src = valid ? q + (int64_t)(r0 + row) * q_row_stride + (int64_t)h * D + c * 8 : q;
         cp_async16(sQ + swz<D>(row, c), src, valid);
     }
-    // Thread tid copies chunk c = tid % CPR of the tile rows tid / CPR + n * RS (n < RPT).
-    // RS is 8 (d128) or 16 (d64), so row n lies in page (n * RS) / kPageTokens of the tile
-    // whatever tid is: the page index is a compile-time constant per n.
-    constexpr int RS = kThreads / CPR;            // rows copied per pass of the block
-    constexpr int RPT = kBN / RS;                 // rows copied per thread
-    static_assert(kThreads % CPR == 0 && kBN % RS == 0 && kPageTokens % RS == 0,
-                  "a thread's tile row n stays in page n * RS / kPageTokens");
     auto load_kv = [&](int tile, int buf, const TilePages& pages) {
-        __nv_bfloat16* dK = sK + buf * kBN * D;
-        __nv_bfloat16* dV = sV + buf * kBN * D;
-        const int c = tid % CPR;
-#pragma unroll
-        for (int n = 0; n < RPT; ++n) {
-            const int row = tid / CPR + n * RS;
-            const int key = tile * kBN + row;
-            const bool valid = key < kv_end;
-            const int64_t slot = (int64_t)pages.page[n * RS / kPageTokens] * kPageTokens +
-                                 (row & (kPageTokens - 1));
-            const __nv_bfloat16* ks = valid ? kp + slot * k_stride_slot + c * 8 : k_cache;
-            const __nv_bfloat16* vs = valid ? vp + slot * v_stride_slot + c * 8 : v_cache;
-            cp_async16(dK + swz<D>(row, c), ks, valid);
-            cp_async16(dV + swz<D>(row, c), vs, valid);
-        }
+        load_kv_tile<D>(sK + buf * kBN * D, sV + buf * kBN * D, pages, tile * kBN, kv_end, kp, vp,
+                        k_stride_slot, v_stride_slot, k_cache, v_cache, tid);
     };
     // pages of the tile to be loaded next: tile 1 once tile 0 is issued, then one tile ahead
     TilePages next;
@@ -209,33 +323,12 @@ __device__ __forceinline__ void prefill(
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = ks * 2 + (lane >> 4);
-                ldsm_x4(qf[ks], sQ + swz<D>(row, c));
-            }
-        }
+        if (j == 0) load_q_frags<D>(qf, sQ, warp, lane);
         const __nv_bfloat16* tK = sK + buf * kBN * D;
         const __nv_bfloat16* tV = sV + buf * kBN * D;
 
-        // S = Q Kᵀ
         float s[NS][4];
-#pragma unroll
-        for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-#pragma unroll
-            for (int np = 0; np < NS / 2; ++np) {
-                uint32_t b[4];
-                const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
-                const int c = ks * 2 + ((lane >> 3) & 1);
-                ldsm_x4(b, tK + swz<D>(row, c));
-                mma16816(s[2 * np], qf[ks], b[0], b[1]);
-                mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
-            }
-        }
+        tile_scores<D>(s, qf, tK, lane);
 
         // scale into the log2 domain, causal mask
         const bool need_mask = j * kBN + kBN - 1 > block_min_pos;
@@ -252,59 +345,7 @@ __device__ __forceinline__ void prefill(
             }
         }
 
-        // online softmax
-        float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-        for (int nb = 0; nb < NS; ++nb) {
-            mx_a = fmaxf(mx_a, fmaxf(s[nb][0], s[nb][1]));
-            mx_b = fmaxf(mx_b, fmaxf(s[nb][2], s[nb][3]));
-        }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float use_a = (mx_a == -CUDART_INF_F) ? 0.f : mx_a;
-        const float use_b = (mx_b == -CUDART_INF_F) ? 0.f : mx_b;
-        const float corr_a = exp2f(m_a - use_a);
-        const float corr_b = exp2f(m_b - use_b);
-        m_a = mx_a;
-        m_b = mx_b;
-        float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-        for (int nb = 0; nb < NS; ++nb) {
-            s[nb][0] = exp2f(s[nb][0] - use_a);
-            s[nb][1] = exp2f(s[nb][1] - use_a);
-            s[nb][2] = exp2f(s[nb][2] - use_b);
-            s[nb][3] = exp2f(s[nb][3] - use_b);
-            sum_a += s[nb][0] + s[nb][1];
-            sum_b += s[nb][2] + s[nb][3];
-        }
-        l_a = l_a * corr_a + sum_a;
-        l_b = l_b * corr_b + sum_b;
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd) {
-            o[nd][0] *= corr_a; o[nd][1] *= corr_a;
-            o[nd][2] *= corr_b; o[nd][3] *= corr_b;
-        }
-
-        // O += P V
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) {
-            uint32_t a[4];
-            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < ND / 2; ++dp) {
-                uint32_t b[4];
-                const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = dp * 2 + (lane >> 4);
-                ldsm_x4_t(b, tV + swz<D>(row, c));
-                mma16816(o[2 * dp], a, b[0], b[1]);
-                mma16816(o[2 * dp + 1], a, b[2], b[3]);
-            }
-        }
+        softmax_pv<D>(s, o, m_a, m_b, l_a, l_b, tV, lane);   // online softmax, O += P V
         __syncthreads();   // buffer `buf` is refilled by the next iteration's prefetch
     }
     launch_dependents();
@@ -418,8 +459,6 @@ __device__ __forceinline__ void rows_partial(
     const __nv_bfloat16* kp = k_cache + (int64_t)hk * k_stride_head;
     const __nv_bfloat16* vp = v_cache + (int64_t)hk * v_stride_head;
 
-    constexpr int RS = kThreads / CPR;
-    constexpr int RPT = kBN / RS;
     const float sl2 = scale * kLog2e;
     const int g = lane >> 2, tg = lane & 3;
     auto tile_pages = [&](TilePages& tp, int tile) {
@@ -430,21 +469,8 @@ __device__ __forceinline__ void rows_partial(
         }
     };
     auto load_kv = [&](int tile, int buf, const TilePages& pages) {
-        __nv_bfloat16* dK = sK + buf * kBN * D;
-        __nv_bfloat16* dV = sV + buf * kBN * D;
-        const int c = tid % CPR;
-#pragma unroll
-        for (int n = 0; n < RPT; ++n) {
-            const int row = tid / CPR + n * RS;
-            const int key = first + tile * kBN + row;
-            const bool valid = key < ue;
-            const int64_t slot = (int64_t)pages.page[n * RS / kPageTokens] * kPageTokens +
-                                 (row & (kPageTokens - 1));
-            const __nv_bfloat16* ks = valid ? kp + slot * k_stride_slot + c * 8 : k_cache;
-            const __nv_bfloat16* vs = valid ? vp + slot * v_stride_slot + c * 8 : v_cache;
-            cp_async16(dK + swz<D>(row, c), ks, valid);
-            cp_async16(dV + swz<D>(row, c), vs, valid);
-        }
+        load_kv_tile<D>(sK + buf * kBN * D, sV + buf * kBN * D, pages, first + tile * kBN, ue, kp,
+                        vp, k_stride_slot, v_stride_slot, k_cache, v_cache, tid);
     };
     for (int r0 = 0; r0 < nrows; r0 += kBM) {
         for (int i = tid; i < kBM * CPR; i += kThreads) {
@@ -491,31 +517,11 @@ __device__ __forceinline__ void rows_partial(
             }
             __syncthreads();
             if (warp_rows) {
-                if (j == 0) {
-#pragma unroll
-                    for (int ks = 0; ks < KS; ++ks) {
-                        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                        const int c = ks * 2 + (lane >> 4);
-                        ldsm_x4(qf[ks], sQ + swz<D>(row, c));
-                    }
-                }
+                if (j == 0) load_q_frags<D>(qf, sQ, warp, lane);
                 const __nv_bfloat16* tK = sK + buf * kBN * D;
                 const __nv_bfloat16* tV = sV + buf * kBN * D;
                 float s[NS][4];
-#pragma unroll
-                for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-                for (int ks = 0; ks < KS; ++ks) {
-#pragma unroll
-                    for (int np = 0; np < NS / 2; ++np) {
-                        uint32_t b[4];
-                        const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
-                        const int c = ks * 2 + ((lane >> 3) & 1);
-                        ldsm_x4(b, tK + swz<D>(row, c));
-                        mma16816(s[2 * np], qf[ks], b[0], b[1]);
-                        mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
-                    }
-                }
+                tile_scores<D>(s, qf, tK, lane);
                 // scale into the log2 domain; each row keeps only its own range of the split
 #pragma unroll
                 for (int nb = 0; nb < NS; ++nb) {
@@ -525,56 +531,7 @@ __device__ __forceinline__ void rows_partial(
                     s[nb][2] = (key >= bb && key < eb) ? s[nb][2] * sl2 : -CUDART_INF_F;
                     s[nb][3] = (key + 1 >= bb && key + 1 < eb) ? s[nb][3] * sl2 : -CUDART_INF_F;
                 }
-                float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-                for (int nb = 0; nb < NS; ++nb) {
-                    mx_a = fmaxf(mx_a, fmaxf(s[nb][0], s[nb][1]));
-                    mx_b = fmaxf(mx_b, fmaxf(s[nb][2], s[nb][3]));
-                }
-                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-                mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-                mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-                const float use_a = (mx_a == -CUDART_INF_F) ? 0.f : mx_a;
-                const float use_b = (mx_b == -CUDART_INF_F) ? 0.f : mx_b;
-                const float corr_a = exp2f(m_a - use_a);
-                const float corr_b = exp2f(m_b - use_b);
-                m_a = mx_a;
-                m_b = mx_b;
-                float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-                for (int nb = 0; nb < NS; ++nb) {
-                    s[nb][0] = exp2f(s[nb][0] - use_a);
-                    s[nb][1] = exp2f(s[nb][1] - use_a);
-                    s[nb][2] = exp2f(s[nb][2] - use_b);
-                    s[nb][3] = exp2f(s[nb][3] - use_b);
-                    sum_a += s[nb][0] + s[nb][1];
-                    sum_b += s[nb][2] + s[nb][3];
-                }
-                l_a = l_a * corr_a + sum_a;
-                l_b = l_b * corr_b + sum_b;
-#pragma unroll
-                for (int nd = 0; nd < ND; ++nd) {
-                    o[nd][0] *= corr_a; o[nd][1] *= corr_a;
-                    o[nd][2] *= corr_b; o[nd][3] *= corr_b;
-                }
-#pragma unroll
-                for (int kk = 0; kk < kBN / 16; ++kk) {
-                    uint32_t a[4];
-                    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-                    a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-                    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                    a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-                    for (int dp = 0; dp < ND / 2; ++dp) {
-                        uint32_t b[4];
-                        const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                        const int c = dp * 2 + (lane >> 4);
-                        ldsm_x4_t(b, tV + swz<D>(row, c));
-                        mma16816(o[2 * dp], a, b[0], b[1]);
-                        mma16816(o[2 * dp + 1], a, b[2], b[3]);
-                    }
-                }
+                softmax_pv<D>(s, o, m_a, m_b, l_a, l_b, tV, lane);
             }
             __syncthreads();
         }

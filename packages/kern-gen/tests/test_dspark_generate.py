@@ -7,6 +7,7 @@ KV; each new wiring assertion refuses an altered fact."""
 from __future__ import annotations
 
 from dataclasses import replace
+import json
 from pathlib import Path
 
 import kern_manifest
@@ -40,6 +41,7 @@ def tiny(cfg: C.ModelConfig, **kw) -> S.DraftSpec:
 def target(request, tmp_path_factory):
     cap, cfg_path, out = (ROOT / p for p in PRESETS[request.param][:3])
     mined, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
+    out = out.with_name(out.name + "-dspark")    # its own cubins include accept.cubin
     return dict(name=request.param, cap=cap, cfg_path=cfg_path, out=out, mined=mined, g=g,
                 cfg=cfg, progs={p.name: p for p in build(g, tiny(cfg))})
 
@@ -57,6 +59,50 @@ def test_tiny_draft_generates_and_verifies_clean(target):
     assert bufs["draft_tokens"].shape == [3] and bufs["draft_tokens"].cls == "output"
     assert bufs["carry"].shape == ["tokens", cfg.hidden] and bufs["carry"].cls == "carry"
     assert "## DSpark draft" in r.readme.decode()
+
+
+def test_verify_ends_with_the_in_graph_acceptance(target):
+    """The last dispatch of verify is the own acceptance step on verify's own rows, its
+    outputs the contract's ``next.*`` of [B] / [B + 1], the mask token its one i64 literal,
+    as ``check_dspark`` reads it back; an op naming another output is refused."""
+    from kern_manifest.contract import NEXT_INPUTS, check_dspark
+    from kern_gen.dspark.draft import accepting
+    from kern_gen.llama.errors import WiringError
+    cfg = target["cfg"]
+    spec = tiny(cfg, mask_token_id=11)
+    r = generate(target["cap"], target["cfg_path"], mined=target["mined"],
+                 own_cubins=own_committed(target["out"]), extension=DSpark(spec))
+    doc = json.loads(r.manifest)
+    last = doc["programs"]["verify"]["dispatches"][-1]
+    assert last["label"] == "accept" and last["args"][:3] == [
+        {"buf": "token_ids"}, {"buf": "predictions"}, {"buf": "positions"}]
+    assert last["args"][3:7] == [{"buf": n} for n in NEXT_INPUTS]
+    assert last["args"][7:] == [{"sym": "tokens"}, {"i32": 3}, {"i64": 11}]
+    step = doc["kernels"][last["kernel"]]["impl"]["steps"][0]
+    assert (step["symbol"], step["cubin"], step["pdl"]) == ("kern_spec_accept", "accept.cubin",
+                                                            True)
+    for n, (dtype, extra) in NEXT_INPUTS.items():
+        assert doc["buffers"][n] == {"dtype": dtype, "shape": [3 + extra], "class": "output"}
+    assert check_dspark(kern_manifest.from_obj(doc)).accept_mask == 11
+    progs = build(target["g"], spec)
+    v = next(p for p in progs if p.name == "verify")
+    assert v.ops[-1].kind == "accept" and accepting(v, spec).ops[-2:] == [v.ops[-1]] * 2
+    bad = replace(v.ops[-1], args={**v.ops[-1].args, "next_pos": v.ops[-1].args["next_ids"]})
+    swapped = [replace(p, ops=p.ops[:-1] + [bad]) if p is v else p for p in progs]
+    with pytest.raises(WiringError, match="`next_pos` is `next.token_ids`"):
+        generate(target["cap"], target["cfg_path"], mined=target["mined"],
+                 own_cubins=own_committed(target["out"]), extension=_Programs(spec, swapped))
+
+
+class _Programs(DSpark):
+    """The DSpark extension with given programs (a falsification's altered ones)."""
+
+    def __init__(self, spec, progs) -> None:
+        super().__init__(spec)
+        object.__setattr__(self, "progs", progs)
+
+    def programs(self, g):
+        return self.progs
 
 
 def test_gemm_acc_gemv_swaps_only_the_few_row_accumulating_gemms(target):

@@ -43,7 +43,7 @@ def test_an_op_without_emitter_is_refused():
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
     assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "embedding", "angles",
-            "rope_kv", "attention", "argmax", "markov"} == set(EMIT)
+            "rope_kv", "attention", "argmax", "markov", "accept"} == set(EMIT)
 
 
 @pytest.mark.parametrize("change,needle", [
@@ -60,6 +60,25 @@ def test_markov_step_emitter_refuses_what_the_kernel_cannot_do(change, needle):
             "out": Ref(buf="draft_tokens"), "rank": 64}
     with pytest.raises(WiringError, match=re.escape(f"draft: markov0: {needle}")):
         EMIT["markov"](asm, "draft", Op("markov", "markov0", args={**args, **change}), TOK)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"block": 31 + 1}, "block 32; the own acceptance kernel is one warp (block + 1 ≤ 32)"),
+    ({"block": 0}, "block 0; the own acceptance kernel is one warp"),
+    ({"next_pos": Ref(buf="next.token_ids")},
+     "`next_pos` is `next.token_ids`; the caller contract names it `next.positions`"),
+    ({"draft_lens": Ref(buf="next.draft_kv_lens", offset=8)},
+     "`draft_lens` is `next.draft_kv_lens`; the caller contract names it"),
+])
+def test_accept_emitter_refuses_what_the_kernel_or_the_contract_cannot_take(change, needle):
+    """ABI.md 6: one warp writes B + 1 rows; the outputs are the contract's, whole."""
+    asm = Assembler(None, CFG, KVLayout.of(CFG, 8), {"accept.cubin": b"stand-in"}, "toy")
+    args = {"ids": Ref(buf="token_ids"), "preds": Ref(buf="predictions"),
+            "positions": Ref(buf="positions"), "next_ids": Ref(buf="next.token_ids"),
+            "next_pos": Ref(buf="next.positions"), "draft_lens": Ref(buf="next.draft_kv_lens"),
+            "verify_lens": Ref(buf="next.verify_kv_lens"), "block": 7, "mask": 0}
+    with pytest.raises(WiringError, match=re.escape(f"verify: accept: {needle}")):
+        EMIT["accept"](asm, "verify", Op("accept", "accept", args={**args, **change}), TOK)
 
 
 @pytest.mark.parametrize("kind,args", [

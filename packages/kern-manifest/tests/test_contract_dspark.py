@@ -11,6 +11,8 @@ import pytest
 
 from kern_manifest import from_obj
 from kern_manifest.contract import (CARRY, DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS,
+                                    NEXT_DRAFT_KV_LENS, NEXT_INPUTS, NEXT_POSITIONS,
+                                    NEXT_TOKEN_IDS, NEXT_VERIFY_KV_LENS, VERIFY,
                                     DSPARK_PROGRAMS, VERIFY_MAX, ContractError, check_dspark,
                                     check_manifest)
 
@@ -122,3 +124,57 @@ def test_target_states_of_different_sizes_are_refused():
     doc["states"]["kv.L0.k"] = {"bytes_per_token": 768}
     got = problems(doc)
     assert got[0].startswith("the target's KV states must be per-token states of one size")
+
+
+# -- in-graph acceptance (NEXT_INPUTS) ---------------------------------------------------------
+def with_acceptance(doc: dict, block: int = 7, mask: int = 5) -> dict:
+    """``doc`` plus the four acceptance outputs and one verify dispatch passing them (a made-up
+    kernel: the check reads names, shapes and the dispatch's literals)."""
+    for name, (dtype, extra) in NEXT_INPUTS.items():
+        doc["buffers"][name] = {"dtype": dtype, "shape": [block + extra], "class": "output"}
+    params = ["in buffer<i64>"] + [f"out buffer<{NEXT_INPUTS[n][0]}>" for n in NEXT_INPUTS] \
+        + ["i64"]
+    doc["kernels"]["accept"] = {"params": params, "impl": {"steps": [{
+        "symbol": "fake_accept", "params": params, "block": [32, 1, 1], "grid": [1, 1, 1],
+        "args": [{"arg": i} for i in range(len(params))]}]}}
+    doc["programs"][VERIFY]["dispatches"].append({"kernel": "accept", "args": [
+        {"buf": "token_ids"}, *({"buf": n} for n in NEXT_INPUTS), {"i64": mask}]})
+    return doc
+
+
+def test_a_manifest_without_acceptance_has_no_mask():
+    assert check_dspark(from_obj(dspark_doc())).accept_mask is None
+
+
+def test_acceptance_reports_its_mask_token():
+    assert check_dspark(from_obj(with_acceptance(dspark_doc(), mask=11))).accept_mask == 11
+
+
+def test_acceptance_needs_all_four_outputs_of_their_shape():
+    doc = with_acceptance(dspark_doc())
+    del doc["buffers"][NEXT_DRAFT_KV_LENS]
+    doc["programs"][VERIFY]["dispatches"][-1]["args"].pop(3)
+    doc["kernels"]["accept"]["params"].pop(3)
+    doc["kernels"]["accept"]["impl"]["steps"][0]["params"].pop(3)
+    doc["kernels"]["accept"]["impl"]["steps"][0]["args"].pop()
+    doc["buffers"][NEXT_POSITIONS]["shape"] = [7]
+    got = problems(doc)
+    assert got == [
+        f"buffer `{NEXT_POSITIONS}` is output i64[7]; in-graph acceptance needs output i64[8] "
+        f"(B = 7, the draft's block)",
+        f"manifest declares `{NEXT_TOKEN_IDS}`, `{NEXT_POSITIONS}`, `{NEXT_VERIFY_KV_LENS}` "
+        f"but no `{NEXT_DRAFT_KV_LENS}` (in-graph acceptance needs all of "
+        + ", ".join(f"`{n}`" for n in NEXT_INPUTS) + "; output i32[7])"]
+
+
+def test_acceptance_is_one_dispatch_with_one_mask_literal():
+    doc = with_acceptance(dspark_doc())
+    disp = doc["programs"][VERIFY]["dispatches"]
+    disp[-1]["args"][-1] = {"i32": 5}
+    n = len(disp) - 1
+    assert problems(doc) == [f"programs.verify.dispatches[{n}] (in-graph acceptance) has 0 "
+                             f"i64 literals; the mask token id is its one"]
+    disp[-1]["args"][-1] = {"i64": 5}
+    disp.append(copy.deepcopy(disp[-1]))
+    assert problems(doc) == [f"`{NEXT_TOKEN_IDS}` is passed to 2 dispatches of `verify`; "
+                             f"in-graph acceptance is one dispatch"]

@@ -12,6 +12,10 @@ state.
   after a verify t = j + 1, j the accepted prefix of that verify's drafts and predictions, or
   t = the verify's tokens (the loop's ``ahead``: every verified row, queued before the
   predictions are read).
+- **In-graph acceptance** (``accepting``, docs/dspark.md step 7): ``verify`` also writes the
+  ``next.*`` outputs from its own rows and predictions, as ABI.md 6 states them, and
+  :meth:`copy` takes them into the inputs (the fake's ``verify`` cannot tell fed inputs from
+  written ones: the checks below see the same arrays).
 - **draft** (tokens = B): checks ``token_ids = [a, mask × (B−1)]``, positions p … p+B−1 =
   slots, ``kv_lens`` = p + B in every row, the identity table, and that ``draft_kv[t]`` holds
   the target's feature of every position t < p (what the precompute of accepted rows must
@@ -32,6 +36,12 @@ from kern_run.spec.accept import accept_prefix
 from spec_fakes import M64, KVModelRuntime, Violation, mix
 
 TAPPED = ("prefill", "decode_spec", "verify")
+#: The acceptance outputs: (name, dtype, rows beyond B); the input each may be copied into.
+NEXT = (("next.token_ids", np.int64, 0), ("next.positions", np.int64, 1),
+        ("next.draft_kv_lens", np.int32, 0), ("next.verify_kv_lens", np.int32, 1))
+FEEDS = {("token_ids", "next.token_ids"), ("positions", "next.positions"),
+         ("slots", "next.positions"), ("kv_lens", "next.draft_kv_lens"),
+         ("kv_lens", "next.verify_kv_lens")}
 
 
 def mix_np(x: np.ndarray) -> np.ndarray:
@@ -45,9 +55,13 @@ def mix_np(x: np.ndarray) -> np.ndarray:
 class DSparkRuntime(KVModelRuntime):
     def __init__(self, *, block: int = 7, mask: int = 3,
                  plan: Callable[[int, int], int] | None = None, strict: bool = True,
-                 **kw) -> None:
+                 accepting: bool = False, **kw) -> None:
         super().__init__(**kw)
         self.block, self.mask, self.plan, self.strict = block, mask, plan, strict
+        self.accepting = accepting
+        if accepting:
+            for name, dtype, rows in NEXT:
+                self.buffers[name] = np.full(block + rows, -1, dtype)
         rows = max(self.max_tokens, self.verify_max, block)
         self.buffers["carry"] = np.zeros(rows, np.uint64)
         self.buffers["draft_tokens"] = np.zeros(rows, np.int64)
@@ -74,7 +88,26 @@ class DSparkRuntime(KVModelRuntime):
             self.buffers["carry"][:t] = self.features(p0 + t)[p0:]
             self.carry_pos[:t] = pos
         preds = self.buffers["predictions"][:t].tolist() if program == "verify" else None
-        self.last = (program, t, self.buffers["token_ids"][:t].tolist(), preds)
+        ids = self.buffers["token_ids"][:t].tolist()
+        self.last = (program, t, ids, preds)
+        if preds is not None and self.accepting:
+            j = accept_prefix(ids[1:], preds)
+            q, B, b = int(pos[0]) + j + 1, self.block, self.buffers
+            b["next.token_ids"][:] = [preds[j]] + [self.mask] * (B - 1)
+            b["next.positions"][:] = np.arange(q, q + B + 1)
+            b["next.draft_kv_lens"][:] = q + B
+            b["next.verify_kv_lens"][:] = np.arange(q + 1, q + B + 2)
+
+    def copy(self, dst: str, src: str, symbols=None, *, dst_row: int = 0) -> None:
+        """The acceptance outputs into the inputs (whole buffers, from row 0), else the
+        target's copies (:meth:`spec_fakes.KVModelRuntime.copy`)."""
+        if not src.startswith("next."):
+            return super().copy(dst, src, symbols, dst_row=dst_row)
+        if not self.accepting or (dst, src) not in FEEDS or dst_row:
+            raise Violation(f"copy {src} -> {dst} at {symbols}, row {dst_row}")
+        rows = len(self.buffers[src])
+        self.buffers[dst][:rows] = self.buffers[src]
+        self.events.append(("copy", dst, src))
 
     # -- the draft programs -----------------------------------------------------------------
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
@@ -183,10 +216,13 @@ __all__ = ["DSparkRuntime", "FakeEvent", "M64", "Violation", "mix", "mix_np"]
 HIDDEN = 8
 
 
-def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1, block: int = 7) -> dict:
+def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1, block: int = 7,
+                    accept_mask: int | None = None) -> dict:
     """:func:`krun_fakes.contract_manifest` with verify, plus what docs/dspark.md adds: the
     draft KV states, ``carry``, ``draft_tokens``, two ``draft.*`` weights and the three
-    programs (one made-up kernel each; the fake runtime never launches them)."""
+    programs (one made-up kernel each; the fake runtime never launches them); with
+    ``accept_mask`` also verify's in-graph acceptance (the ``next.*`` outputs and one
+    dispatch passing them and the mask token)."""
     from krun_fakes import contract_manifest
     doc = contract_manifest(max_tokens=max_tokens, vocab=vocab, verify=True)
     for j in range(layers):
@@ -209,6 +245,17 @@ def dspark_manifest(vocab: int, max_tokens: int = 16, layers: int = 1, block: in
             {"buf": "draft_tokens"}]
     for p in ("decode_spec", "draft", "draft_precompute"):
         doc["programs"][p] = {"dispatches": [{"kernel": "draft_step", "args": args}]}
+    if accept_mask is not None:
+        dt = {np.int64: "i64", np.int32: "i32"}
+        for name, dtype, rows in NEXT:
+            doc["buffers"][name] = {"dtype": dt[dtype], "shape": [block + rows],
+                                    "class": "output"}
+        params = ["in buffer<i64>"] + [f"out buffer<{dt[d]}>" for _, d, _ in NEXT] + ["i64"]
+        doc["kernels"]["accept"] = {"params": params, "impl": {"steps": [{
+            "symbol": "fake_accept", "params": params, "block": [32, 1, 1],
+            "grid": [1, 1, 1], "args": [{"arg": i} for i in range(len(params))]}]}}
+        doc["programs"]["verify"]["dispatches"].append({"kernel": "accept", "args": [
+            {"buf": "predictions"}, *({"buf": n} for n, _, _ in NEXT), {"i64": accept_mask}]})
     return doc
 
 
@@ -228,11 +275,13 @@ def write_draft(path, tensors: dict) -> None:
             w.write(sl.name, np.zeros(sl.shape, np.uint16))
 
 
-def write_bundle(d, vocab: int, config: dict | None = None, draft: dict | None = None):
+def write_bundle(d, vocab: int, config: dict | None = None, draft: dict | None = None,
+                 accept_mask: int | None = None):
     """manifest.json, kernels/, dspark.json and draft.safetensors in folder ``d``."""
     import json
     d.mkdir(parents=True, exist_ok=True)
-    (d / "manifest.json").write_text(json.dumps(dspark_manifest(vocab)))
+    (d / "manifest.json").write_text(json.dumps(dspark_manifest(vocab,
+                                                                accept_mask=accept_mask)))
     (d / "kernels").mkdir(exist_ok=True)
     (d / "dspark.json").write_text(json.dumps(config or dspark_config()))
     write_draft(d / "draft.safetensors", draft if draft is not None else {

@@ -49,9 +49,9 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
     from kern_run.spec.dspark import DraftSpec
     from kern_run.spec.setup import SpecPlan
     rt = DSparkRuntime(vocab=49152, capacity=2048, max_tokens=1024, block=7, mask=3,
-                       plan=lambda r, p: 2, seed=5)
+                       plan=lambda r, p: 2, seed=5, accepting=True)
     info = SimpleNamespace(max_tokens=1024, vocab=49152)
-    plan = SpecPlan("dspark", 7, 16, draft=DraftSpec(7, 3))
+    plan = SpecPlan("dspark", 7, 16, draft=DraftSpec(7, 3), accept=True)
     out = dspark_spec(rt, info, tok, plan, steps=24, capacity=2048, limit=2)
     for r in out.values():
         assert r["prompts"] == 2 and r["bugs"] == [] and r["identical"] == 2
@@ -67,17 +67,20 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
         assert 1 <= e["tau"] <= 8 and 0 < e["rounds"] <= r["rounds"]
         c = r["to_eos_unchained"]    # that pass reading the drafts before verify
         assert c["bugs"] == [] and (c["tau"], c["rounds"]) == (e["tau"], e["rounds"])
+        n = r["to_eos_chained"]      # that pass without rounds queued ahead
+        assert n["bugs"] == [] and (n["tau"], n["rounds"]) == (e["tau"], e["rounds"])
         a = r["to_eos_after"]        # and with the precompute launched after the wait
         assert a["bugs"] == [] and (a["tau"], a["rounds"]) == (e["tau"], e["rounds"])
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
-    assert [r.case for r in rep.rows].count("dspark open-chat") == 7
-    assert [r.case for r in rep.rows].count("dspark math-code") == 7
+    assert [r.case for r in rep.rows].count("dspark open-chat") == 8
+    assert [r.case for r in rep.rows].count("dspark math-code") == 8
+    assert any("DSpark chained, not pipelined vs plain" in r.what for r in rep.rows)
     assert any("DSpark unchained vs plain" in r.what for r in rep.rows)
     assert any("DSpark, precompute after the wait vs plain" in r.what for r in rep.rows)
-    # the 128-step rows ran the default (chained) loop: its host split is queue / wait
-    assert all(r["chained"] for k, r in out.items() if not k.startswith("_"))
-    assert any(r.what == "round ms: queue / wait / host (chained)" for r in rep.rows)
+    # the 128-step rows ran the default (pipelined) loop: its host split is queue / wait
+    assert all(r["pipelined"] for k, r in out.items() if not k.startswith("_"))
+    assert any(r.what == "round ms: queue / wait / host (pipelined)" for r in rep.rows)
     assert any("to the first EOS" in r.what and "as kern-run does" in r.note for r in rep.rows)
     mc = next(r for r in rep.rows if r.case == "dspark math-code" and "ms/token" in r.what)
     assert mc.target == "≥ 1.6x" and mc.note.endswith(("met", "MISSED"))

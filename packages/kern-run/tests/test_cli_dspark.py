@@ -28,12 +28,12 @@ def gguf():
         pytest.skip(str(err))
 
 
-def _run(d, gguf, plan=None, **kw):
+def _run(d, gguf, plan=None, accepting=False, **kw):
     m = d / "manifest.json"
     w = d / "target.safetensors"
     w.write_bytes(b"")
     fake = DSparkRuntime(vocab=VOCAB, capacity=4096, max_tokens=16, block=7, mask=3,
-                         plan=plan, seed=3)
+                         plan=plan, seed=3, accepting=accepting)
     seen = {}
 
     def factory(vm, kernels, **k):
@@ -56,6 +56,27 @@ def test_bare_spec_picks_dspark_and_equals_plain_greedy(tmp_path, gguf):
     assert "spec dspark" in serr and "DSpark:" in serr and "acceptance per draft position" in serr
     # the draft file beside the manifest joined the target's weights
     assert seen["weights"] == [tmp_path / "target.safetensors", tmp_path / "draft.safetensors"]
+
+
+def test_a_manifest_with_in_graph_acceptance_runs_pipelined_rounds(tmp_path, gguf):
+    write_bundle(tmp_path, VOCAB, accept_mask=3)
+    plain, pout, _, _, _ = _run(tmp_path, gguf, steps=40)
+    spec, sout, serr, _, fake = _run(tmp_path, gguf, plan=lambda r, p: 3, steps=40,
+                                     spec="auto", accepting=True)
+    assert spec.result.tokens == plain.result.tokens and sout == pout
+    st = spec.result.spec
+    assert st.pipelined and st.queued_ahead > 0 and "rounds queued ahead" in serr
+    assert ("copy", "positions", "next.positions") in fake.events
+
+
+def test_a_dspark_json_whose_mask_differs_from_the_acceptance_step_is_refused(tmp_path, gguf):
+    write_bundle(tmp_path, VOCAB, accept_mask=5)
+    with pytest.raises(KernRunError) as ei:
+        _run(tmp_path, gguf, steps=8, spec="auto", accepting=True)
+    [p] = ei.value.problems
+    assert p.startswith(f"`{tmp_path / 'dspark.json'}`: `mask_token_id` is 3; the manifest's "
+                        f"in-graph acceptance (the last dispatch of `verify`) writes mask "
+                        f"token 5")
 
 
 def test_spec_ngram_on_a_dspark_manifest_uses_prompt_lookup(tmp_path, gguf):

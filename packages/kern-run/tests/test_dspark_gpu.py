@@ -99,6 +99,29 @@ def test_chained_rounds_equal_the_unchained(loaded):
         assert b.spec.ahead and not d.spec.ahead
 
 
+def test_pipelined_rounds_equal_the_chained(loaded):
+    """Rounds queued one ahead, their inputs copied on the device from verify's in-graph
+    acceptance (docs/dspark.md step 7), run the same kernels on the same inputs as the
+    chained loop: the same tokens, rounds and acceptance, with graphs and eagerly, with and
+    without EOS stops (a round queued ahead of the stop is dropped)."""
+    from kern_run.spec.setup import speculate
+    rt, info, tok, limit, plan = loaded
+    assert plan.accept
+    queued = 0
+    for text in PROMPTS:
+        ids = tok.encode(tok.chat_prompt(text))
+        for eos in (tok.eos_ids, ()):
+            base = _common(info, tok, limit, steps=96, eos=eos)
+            a = speculate(plan, rt, pipeline=False)(rt, ids, **base)
+            b = speculate(plan, rt)(rt, ids, **base)           # pipelined: the default
+            c = speculate(plan, rt)(rt, ids, **{**base, "eager": True})
+            assert a.tokens == b.tokens == c.tokens and a.spec.rounds > 0
+            assert a.spec.round_log == b.spec.round_log == c.spec.round_log
+            assert b.spec.pipelined and not a.spec.pipelined
+            queued += b.spec.queued_ahead
+    assert queued > 0
+
+
 def test_capacity_edge_on_the_gpu(loaded):
     """prompt + steps = the whole run's positions: the last rounds give way to plain decode
     before the draft's block passes the capacity; still plain greedy's tokens."""

@@ -53,7 +53,7 @@ def cases(draw):
                 eos=draw(st.sets(st.integers(0, VOCAB - 1), max_size=3)),
                 slack=draw(st.sampled_from([None, 0, 1, 3, 8])), eager=draw(st.booleans()),
                 accept=draw(st.lists(st.integers(0, 7), min_size=1, max_size=8)),
-                chain=draw(st.booleans()))
+                chain=draw(st.booleans()), pipeline=draw(st.booleans()))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -65,9 +65,9 @@ def test_dspark_output_equals_plain_greedy(c):
     acc = c["accept"]
     rt = DSparkRuntime(block=c["block"], mask=MASK, model=c["model"], vocab=VOCAB,
                        capacity=cap or len(c["prompt"]) + c["steps"] + c["block"],
-                       plan=lambda r, p: acc[r % len(acc)])
+                       plan=lambda r, p: acc[r % len(acc)], accepting=c["pipeline"])
     res, _ = ds_run(c["prompt"], block=c["block"], rt=rt, capacity=cap, k=c["k"],
-                    chain=c["chain"], **common)
+                    chain=c["chain"], pipeline=c["pipeline"], **common)
     same(res, plain)
     assert not rt.uncaptured
     s = res.spec
@@ -153,6 +153,84 @@ def test_precompute_ahead_of_the_predictions(plan):
     rounds = [e for e in rt.runs("verify")]
     pcs = [e for e in rt.runs("draft_precompute")][4:]             # after the prompt's
     assert len(pcs) >= len(rounds) - 1 and len(rounds) >= 4
+
+
+PLANS = [None, lambda r, p: 3, lambda r, p: 0, lambda r, p: r % 4, lambda r, p: 7 - r % 8]
+
+
+def pipelined(prompt, plan, **kw):
+    rt = DSparkRuntime(block=7, mask=MASK, plan=plan, model="copy", vocab=VOCAB,
+                       capacity=kw.get("capacity") or 256, accepting=True)
+    return ds_run(prompt, rt=rt, pipeline=True, **kw)
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_pipelined_rounds_equal_the_chained(plan):
+    """pipeline (docs/dspark.md step 7): the same tokens, rounds and per-round acceptance as
+    the chained loop, and the same launches at the same positions, but for the rounds queued
+    ahead of the stop; each such round is queued before the previous round's predictions are
+    waited for, its inputs copied from the acceptance outputs (no host write between)."""
+    prompt = list(range(10, 20))
+    kw = dict(steps=60, chunk=4)
+    ref, rt_ref = ds_run(prompt, plan=plan, **kw)
+    res, rt = pipelined(prompt, plan, **kw)
+    same(res, ref)
+    s = res.spec
+    assert s.round_log == ref.spec.round_log and s.pipelined and s.queued_ahead >= 3
+    assert all(c.pos0 >= 0 for c in res.calls)
+    want = seq(rt_ref)
+    got = seq(rt)
+    assert got[:len(want)] == want or s.dropped
+    ev = rt.events
+    drafts = [i for i, e in enumerate(ev) if e[0] == "run" and e[1] == "draft"]
+    preds = [i for i, e in enumerate(ev) if e[0] == "wait" and e[1] == "predictions"]
+    fed = [d for d in drafts if ev[d - 1] == ("copy", "kv_lens", "next.draft_kv_lens")]
+    assert len(fed) == s.queued_ahead
+    for d in fed:                    # queued while the previous round is still unread
+        k = drafts.index(d)
+        assert preds[k - 1] > d      # round k − 1's predictions are read after it
+        v = next(i for i in range(d, len(ev)) if ev[i][0] == "run" and ev[i][1] == "verify")
+        assert [e for e in ev[d + 1:v]] == [("copy", "token_ids", "draft_tokens"),
+                                          ("copy", "kv_lens", "next.verify_kv_lens")]
+        before = max(i for i in range(d) if ev[i][0] == "run" and ev[i][1] == "verify")
+        assert not any(e[0] == "write" for e in ev[before:v])
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("steps", [2, 9, 17, 18, 19, 30])
+def test_pipelining_stops_short_of_the_step_limit_and_the_capacity(plan, steps):
+    """A round is queued ahead only when it fits whatever the previous accepts: no verify
+    longer than the steps need, no slot past the capacity (the fake refuses one); dropped
+    rounds are counted."""
+    prompt = [5, 6, 7, 8]
+    cap = len(prompt) + steps + 3
+    plain = plain_run(prompt, steps=steps, chunk=4, capacity=cap)
+    res, rt = pipelined(prompt, plan, steps=steps, chunk=4, capacity=cap)
+    same(res, plain)
+    for e in rt.runs("draft"):
+        assert e[4] + 7 <= cap
+    assert res.spec.dropped <= 1
+
+
+def test_pipelined_eos_drops_the_round_queued_ahead():
+    prompt = list(range(10, 20))
+    toks = plain_run(prompt, steps=60, chunk=4).tokens
+    eos = {next(t for i, t in enumerate(toks) if i >= 20 and t not in toks[:i])}
+    plain = plain_run(prompt, steps=60, chunk=4, eos=eos)
+    res, rt = pipelined(prompt, None, steps=60, chunk=4, eos=eos)
+    same(res, plain)
+    assert res.stop == "eos" and res.spec.dropped == 1
+    assert rt.events[-1][0] == "wait"            # the dropped round's reads are waited for
+
+
+def test_a_gpu_timer_or_no_ahead_selects_the_chained_loop():
+    prompt = list(range(10, 20))
+    rt = DSparkRuntime(block=7, mask=MASK, vocab=VOCAB, accepting=True)
+    res, _ = ds_run(prompt, rt=rt, steps=30, chunk=4, pipeline=True,
+                    gpu_timer=lambda: FakeEvent(rt))
+    assert not res.spec.pipelined and res.spec.gpu_rounds == res.spec.rounds
+    res, _ = pipelined(prompt, None, steps=30, chunk=4, ahead=False)
+    assert not res.spec.pipelined and res.spec.queued_ahead == 0
 
 
 def test_no_acceptance_is_one_token_per_round_and_lossless():

@@ -124,6 +124,14 @@ class Kernels:
                                         ptr(part_idx), np.int32(vocab), np.int32(rank)))
         f2((1, 1, 1), (32, 1, 1), (ptr(part_val), ptr(part_idx), ptr(out), np.int32(parts)))
 
+    def accept(self, ids, preds, positions, next_ids, next_pos, draft_lens, verify_lens, block,
+               mask):
+        """DSpark's acceptance step (ABI.md 6) over ``w = len(ids)`` verify rows."""
+        f = self.fn("accept.cubin", "kern_spec_accept")
+        f((1, 1, 1), (32, 1, 1), (ptr(ids), ptr(preds), ptr(positions), ptr(next_ids),
+                                  ptr(next_pos), ptr(draft_lens), ptr(verify_lens),
+                                  np.int32(ids.numel()), np.int32(block), np.int64(mask)))
+
     def gemv(self, a, w, c, m=None, warps=None):
         """c[m, n] = a[m, k] @ w[n, k]^T (bf16, contiguous); ``warps`` per block (default:
         the generator's rule)."""

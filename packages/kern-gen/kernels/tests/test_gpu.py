@@ -145,3 +145,40 @@ def test_markov_step_out_of_range_prev_adds_nothing(env):
     w1, w2, logits = _markov_case(torch, 4096, 64, 3)
     for prev in (-1, 4096, 1 << 40):
         assert _run_markov(torch, k, prev, w1, w2, logits, 512) == int(torch.argmax(logits))
+
+
+# ------------------------------------------------------------------- acceptance step (6)
+
+def _accept_reference(ids, preds, p, block, mask):
+    """docs/dspark.md step 7 in plain Python: j, then the four next-round arrays."""
+    j = next((i for i in range(len(ids) - 1) if ids[i + 1] != preds[i]), len(ids) - 1)
+    q = p + j + 1
+    return ([preds[j]] + [mask] * (block - 1), [q + i for i in range(block + 1)],
+            [q + block] * block, [q + 1 + i for i in range(block + 1)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w,block", [(1, 7), (8, 7), (5, 7), (16, 15), (40, 31), (3, 1)])
+def test_accept_step_matches_the_reference(env, w, block):
+    """Every accepted-prefix length 0 … w − 1 (the first mismatch planted at each row, and
+    none), positions near the i32 range's top; outputs poisoned first, rows past B + 1
+    untouched."""
+    torch, _own_kernels_gpu, k = env
+    rng = torch.Generator().manual_seed(w * 100 + block)
+    for j in range(w):
+        preds = torch.randint(0, 50000, (w,), generator=rng, dtype=torch.int64)
+        ids = torch.empty(w, dtype=torch.int64)
+        ids[0] = 17
+        ids[1:] = preds[:-1]
+        if j < w - 1:
+            ids[j + 1] = preds[j] + 1                  # the first rejected draft
+        p = (2**31 - 128) if j % 2 else 5 * j
+        pos = torch.arange(p, p + w, dtype=torch.int64)
+        outs = [torch.full((block + 4,), -9, dtype=dt, device="cuda")
+                for dt in (torch.int64, torch.int64, torch.int32, torch.int32)]
+        k.accept(ids.cuda(), preds.cuda(), pos.cuda(), *outs, block, 123456789012)
+        torch.cuda.synchronize()
+        want = _accept_reference(ids.tolist(), preds.tolist(), p, block, 123456789012)
+        for o, ref in zip(outs, want):
+            got = o.cpu().tolist()
+            assert got[:len(ref)] == ref and set(got[len(ref):]) == {-9}, (w, block, j)

@@ -78,6 +78,22 @@ DRAFT_TOKENS = "draft_tokens"
 DRAFT_STATE_PREFIX = "draft.kv.L"
 #: The draft's weights are the manifest weights under this prefix (``draft.safetensors``).
 DRAFT_WEIGHT_PREFIX = "draft."
+#: In-graph acceptance (optional; docs/dspark.md step 7): the last dispatch of ``verify``
+#: takes the accepted prefix j of its own rows ``[a, d_0 …]`` against its ``predictions`` and
+#: writes the next round's inputs into these outputs (p' = p + j + 1, p = ``positions[0]``),
+#: which the caller copies into the inputs on the device: it can queue round r + 1 before it
+#: has read round r. ``next.token_ids`` i64 [B] = predictions[j], mask × (B − 1) (the mask
+#: token is that dispatch's one i64 literal); ``next.positions`` i64 [B + 1] = p' + i
+#: (positions and slots: one sequence); ``next.draft_kv_lens`` i32 [B] = p' + B;
+#: ``next.verify_kv_lens`` i32 [B + 1] = p' + 1 + i.
+NEXT_TOKEN_IDS = "next.token_ids"
+NEXT_POSITIONS = "next.positions"
+NEXT_DRAFT_KV_LENS = "next.draft_kv_lens"
+NEXT_VERIFY_KV_LENS = "next.verify_kv_lens"
+#: name -> (dtype, rows beyond B) of the acceptance outputs.
+NEXT_INPUTS: dict[str, tuple[str, int]] = {
+    NEXT_TOKEN_IDS: ("i64", 0), NEXT_POSITIONS: ("i64", 1),
+    NEXT_DRAFT_KV_LENS: ("i32", 0), NEXT_VERIFY_KV_LENS: ("i32", 1)}
 
 
 class ContractError(KernError):
@@ -223,6 +239,9 @@ class DSparkInfo:
     hidden: int              # d: the ``carry`` row width
     verify_max: int          # the most tokens one ``verify`` call takes
     draft_weights: tuple[str, ...]   # the ``draft.*`` weight buffers, in manifest order
+    accept_mask: int | None = None
+    """The mask token of verify's in-graph acceptance (:data:`NEXT_INPUTS`); None when the
+    manifest has none (the caller then writes every round's inputs itself)."""
 
 
 def check_dspark(m: Manifest) -> DSparkInfo:
@@ -257,13 +276,50 @@ def check_dspark(m: Manifest) -> DSparkInfo:
         hidden = carry.shape[1]
     layers, state_problems = _draft_states(m)
     problems += state_problems
+    mask, accept_problems = _acceptance(m, block) if block else (None, [])
+    problems += accept_problems
     if problems:
         raise ContractError(*(f"manifest `{m.meta.model}`: {p}" for p in problems))
     sym = m.symbols.get(SYMBOL)
     weights = tuple(n for n, b in m.buffers.items()
                     if b.cls == "weight" and n.startswith(DRAFT_WEIGHT_PREFIX))
     return DSparkInfo(layers=layers, block=block, hidden=hidden, draft_weights=weights,
-                      verify_max=min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX))
+                      verify_max=min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX),
+                      accept_mask=mask)
+
+
+def _acceptance(m: Manifest, block: int) -> tuple[int | None, list[str]]:
+    """(mask, problems) of verify's in-graph acceptance: none of :data:`NEXT_INPUTS`
+    declared is a manifest without it; otherwise all four, outputs of their dtype and
+    [B (+ 1)], written by one dispatch of ``verify`` that has exactly one i64 literal."""
+    have = [n for n in NEXT_INPUTS if n in m.buffers]
+    if not have:
+        return None, []
+    problems = []
+    for name, (dtype, extra) in NEXT_INPUTS.items():
+        b = m.buffers.get(name)
+        want = f"output {dtype}[{block + extra}]"
+        if b is None:
+            problems.append(f"manifest declares {', '.join(f'`{n}`' for n in have)} but no "
+                            f"`{name}` (in-graph acceptance needs all of "
+                            f"{', '.join(f'`{n}`' for n in NEXT_INPUTS)}; {want})")
+        elif b.cls != "output" or b.dtype != dtype or list(b.shape) != [block + extra]:
+            problems.append(f"buffer `{name}` is {b.cls} {b.dtype}{list(b.shape)}; in-graph "
+                            f"acceptance needs {want} (B = {block}, the draft's block)")
+    prog = m.programs.get(VERIFY)
+    if problems or prog is None:
+        return None, problems
+    hits = [(i, d) for i, d in enumerate(prog.dispatches)
+            if any(a.kind == "buf" and a.buf == NEXT_TOKEN_IDS for a in d.args)]
+    if len(hits) != 1:
+        return None, [f"`{NEXT_TOKEN_IDS}` is passed to {len(hits)} dispatches of `{VERIFY}`; "
+                      f"in-graph acceptance is one dispatch"]
+    i, d = hits[0]
+    lits = [a.i64 for a in d.args if a.kind == "i64"]
+    if len(lits) != 1:
+        return None, [f"programs.{VERIFY}.dispatches[{i}] (in-graph acceptance) has "
+                      f"{len(lits)} i64 literals; the mask token id is its one"]
+    return int(lits[0]), []
 
 
 def _draft_states(m: Manifest) -> tuple[int, list[str]]:

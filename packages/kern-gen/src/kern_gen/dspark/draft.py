@@ -28,8 +28,11 @@ from dataclasses import replace
 from ..llama import merge as M
 from ..llama.config import ModelConfig
 from ..llama.errors import WiringError
-from ..llama.ir import (CARRY, DRAFT_TOKENS, INPUTS, TOK, TOKEN_IDS, Buf, Op, Program, Ref,
-                        check_dataflow, is_weight, reads, used_buffers, writes)
+from kern_manifest import contract as C
+
+from ..llama.ir import (CARRY, DRAFT_TOKENS, INPUTS, POSITIONS, PREDICTIONS, TOK, TOKEN_IDS, Buf,
+                        Op, Program, Ref, check_dataflow, is_weight, reads, used_buffers,
+                        writes)
 from ..llama.wiring import Cut, Inputs, Wiring, wire
 from . import names
 from .spec import DraftSpec
@@ -116,6 +119,25 @@ def draft(g: Inputs, spec: DraftSpec) -> Program:
     return _finish("draft", w, ops, [
         Buf(logits.buf, "bf16", V, "workspace", shape=[B, V]),
         Buf(DRAFT_TOKENS.buf, "i64", 1, "output", shape=[B])])
+
+
+def accepting(verify: Program, spec: DraftSpec) -> Program:
+    """``verify`` with the in-graph acceptance step last (:mod:`..llama.accept`, ABI.md 6):
+    it reads the program's own ``token_ids``, ``predictions`` and ``positions`` and writes the
+    ``next.*`` outputs of the caller contract (``kern_manifest.contract.NEXT_INPUTS``)."""
+    B = spec.block
+    outs = {"next_ids": C.NEXT_TOKEN_IDS, "next_pos": C.NEXT_POSITIONS,
+            "draft_lens": C.NEXT_DRAFT_KV_LENS, "verify_lens": C.NEXT_VERIFY_KV_LENS}
+    op = Op("accept", "accept", None, args={
+        "ids": TOKEN_IDS, "preds": PREDICTIONS, "positions": POSITIONS,
+        **{k: Ref(buf=n) for k, n in outs.items()}, "block": B, "mask": spec.mask_token_id})
+    ops = verify.ops + [op]
+    check_dataflow(verify.name, ops)
+    bufs = dict(verify.bufs)
+    for n in outs.values():
+        dtype, extra = C.NEXT_INPUTS[n]
+        bufs[n] = Buf(n, dtype, 1, "output", shape=[B + extra])
+    return replace(verify, ops=ops, bufs=bufs)
 
 
 K_PATH = ("self_attn.k_proj", "self_attn.v_proj", "k_var", "k_rope_sin", "k_rope_cache",

@@ -71,5 +71,11 @@ def readme(spec: DraftSpec, asm: Any, progs: list[Program]) -> str:
         "(`draft.hidden_norm.weight`) and each draft layer's captured K/V path (its GEMMs "
         "through the `--gemm` implementation).",
         "- The non-causal block is the caller's `kv_lens` (p + block for every row): no own "
-        "attention kernel for it.", ""]
+        "attention kernel for it.",
+        "- `verify` ends with the in-graph acceptance step (`verify.accept`, own "
+        "`kern_spec_accept`, ABI.md 6): the accepted prefix of its rows against its "
+        "predictions, and the next round's inputs into the outputs `next.token_ids`, "
+        "`next.positions`, `next.draft_kv_lens`, `next.verify_kv_lens` (mask token "
+        f"{spec.mask_token_id}), which kern-run copies into the inputs on the device to queue "
+        "a round before it has read the previous one (docs/dspark.md step 7).", ""]
     return "\n".join(lines)

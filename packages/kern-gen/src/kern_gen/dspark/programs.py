@@ -1,6 +1,6 @@
 """The DSpark manifest's programs, in manifest order (docs/dspark.md): the plain target
 programs, ``decode_spec`` (decode + taps), taps added to ``prefill`` and ``verify``, and the
-draft's two programs."""
+draft's two programs; ``verify`` ends with the in-graph acceptance step."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def build(g: Inputs, spec: DraftSpec) -> list[Program]:
         "decode": plain["decode"],
         "decode_spec": add_taps(M.merge_projections(P.decode(g, "decode_spec"), cfg), spec,
                                 cfg),
-        "verify": add_taps(plain["verify"], spec, cfg),
+        "verify": D.accepting(add_taps(plain["verify"], spec, cfg), spec),
         "batch": plain["batch"],
         "draft": D.draft(g, spec),
         "draft_precompute": D.precompute(g, spec),

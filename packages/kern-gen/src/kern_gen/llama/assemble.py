@@ -32,6 +32,7 @@ from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
 from .facts import Facts
+from .accept import accept
 from .markov import markov
 from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITIONS, PREDICTIONS, SLOTS,
                  TOK, TOKEN_IDS, Op,
@@ -327,7 +328,7 @@ EMIT: dict[str, Emitter] = {
     "mined": mined, "gemm": G.gemm, "gemm_acc": G.gemm_acc, "gemm_silu": G.gemm_silu,
     "gemm_split": G.gemm_split, "embedding": own.embedding, "angles": own.rope_angles,
     "rope_kv": own.rope_kv,
-    "attention": own.attention, "argmax": own.argmax, "markov": markov,
+    "attention": own.attention, "argmax": own.argmax, "markov": markov, "accept": accept,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""
 

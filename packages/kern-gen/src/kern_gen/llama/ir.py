@@ -73,7 +73,7 @@ def is_weight(buf: str | None) -> bool:
 @dataclass
 class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | embedding | angles
-                       # | rope_kv | attention | argmax | markov
+                       # | rope_kv | attention | argmax | markov | accept
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
@@ -97,7 +97,8 @@ class Program:
     bufs: dict[str, Buf]
 
 
-OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2")
+OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "next_ids", "next_pos", "draft_lens",
+               "verify_lens")
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
 INOUT_ARGS = ("acc", "kc", "vc")
 """The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ;

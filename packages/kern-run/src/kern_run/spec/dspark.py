@@ -100,7 +100,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     on_token: Callable[[int], None] | None = None, capture: bool = True,
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
                     clock: Callable[[], float] = time.perf_counter,
-                    chain: bool = True, ahead: bool = True) -> SpecResult:
+                    chain: bool = True, ahead: bool = True,
+                    pipeline: bool = False) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -109,7 +110,10 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     split, None for host clocks only; ``chain``: queue each round's verify behind its draft
     without a host trip (module docstring; False: wait for the drafts, then launch verify);
     ``ahead``: with ``chain``, queue the precompute of every verified row behind verify
-    (module docstring; False: j + 1 rows once the predictions are read)."""
+    (module docstring; False: j + 1 rows once the predictions are read); ``pipeline``: with
+    ``ahead`` and no ``gpu_timer``, queue each round before the previous one is read, its
+    inputs copied on the device from verify's in-graph acceptance (:mod:`.dspark_pipeline`;
+    the manifest must have it: ``DSparkInfo.accept_mask``)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -120,11 +124,14 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
         check_capacity(len(prompt), steps, capacity, fixed=fixed_context)
     widths = verify_widths(k, steps) if not eager else []
     ahead = chain and ahead
-    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain, ahead=ahead)
+    pipeline = ahead and pipeline and gpu_timer is None
+    stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain, ahead=ahead,
+                        pipelined=pipeline)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     if capture:
         res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps)
-    loop = _DSparkLoop(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
+    from .dspark_pipeline import PipelinedLoop
+    loop = (PipelinedLoop if pipeline else _DSparkLoop)(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
                        eager=eager, capacity=capacity, on_token=on_token, clock=clock,
                        inputs=Inputs(max_tokens, vocab,
                                      table_pages=table_pages or table_pages_of(rt),
@@ -216,16 +223,18 @@ class _DSparkLoop(Emission):
 
     # -- the phases -------------------------------------------------------------------------
     def run(self, calls: Sequence[Call]) -> None:
-        if self.prompt(calls):
-            return self.finish()
+        if not self.prompt(calls):
+            self.rounds()
+        self.finish()
+
+    def rounds(self) -> None:
+        """Rounds while one fits, then the plain tail (:meth:`tail`)."""
         while True:
             m = self.room()
             if m < 1:
-                self.tail()
-                break
+                return self.tail()
             if self.round(m):
-                break
-        self.finish()
+                return
 
     def finish(self) -> None:
         self.flush()

@@ -105,6 +105,11 @@ def check_config(cfg: DSparkConfig, m: Manifest, info: ContractInfo, ds: DSparkI
     if info.vocab is not None and cfg.mask_token_id >= info.vocab:
         problems.append(f"{where}: `mask_token_id` {cfg.mask_token_id} is outside the "
                         f"manifest's vocabulary (0 … {info.vocab - 1})")
+    if ds.accept_mask is not None and ds.accept_mask != cfg.mask_token_id:
+        problems.append(f"{where}: `mask_token_id` is {cfg.mask_token_id}; the manifest's "
+                        f"in-graph acceptance (the last dispatch of `verify`) writes mask "
+                        f"token {ds.accept_mask} into the next round's block (regenerate the "
+                        f"manifest from this dspark.json)")
     w1 = m.buffers.get(f"{DRAFT_WEIGHT_PREFIX}markov_w1.weight")
     if w1 is not None and len(w1.shape) == 2 and w1.shape[1] != cfg.markov_rank:
         problems.append(f"{where}: `markov_rank` is {cfg.markov_rank}; the manifest's "

@@ -20,7 +20,12 @@ reads of a round; the three spans tile the round, so they add up to ``round_s``:
 - ``host_s``: from ``predictions`` on the host to the return of the ``draft_precompute``
   launch: accept, emit, bookkeeping, the launch (its GPU time is in the next ``draft_s``).
 
-Chained rounds (``chained``, the default loop: verify is queued behind the draft and both
+Pipelined rounds (``pipelined``, :mod:`.dspark_pipeline`) queue the next round before they
+wait: ``draft_s`` is then that queueing, ``verify_s`` the wait for this round's outputs,
+``host_s`` accept and emit; ``queued_ahead`` counts the rounds queued so, ``dropped`` those
+computed after a stop and not used.
+
+Chained rounds (``chained``, the default loop without in-graph acceptance: verify is queued behind the draft and both
 are read at once) have one synchronising read, so the same two fields mean: ``draft_s`` the
 queueing (both programs' input writes and launches, the device copy of the drafts),
 ``verify_s`` the wait for both on the GPU and the readback; with ``ahead`` (the precompute of
@@ -52,6 +57,9 @@ class DSparkStats(SpecStats):
     tail_reason: str | None = None      # why the run ended in plain decode steps, if it did
     chained: bool = False               # verify queued behind the draft (module docstring)
     ahead: bool = False                 # chained, and the precompute queued behind verify
+    pipelined: bool = False             # rounds queued one ahead (:mod:`.dspark_pipeline`)
+    queued_ahead: int = 0               # rounds queued before the previous one was read
+    dropped: int = 0                    # of those, rounds dropped (a stop came first)
 
     def record(self, drafts: int, accepted: int, tokens: int, span_s: float) -> None:
         super().record(drafts, accepted, tokens, span_s)
@@ -97,13 +105,19 @@ class DSparkStats(SpecStats):
                   "gpu_precompute_ms_per_round": per(self.gpu_precompute_ms,
                                                      self.gpu_precomputes),
                   "tail_reason": self.tail_reason, "chained": self.chained,
-                  "ahead": self.ahead})
+                  "ahead": self.ahead, "pipelined": self.pipelined,
+                  "queued_ahead": self.queued_ahead, "dropped": self.dropped})
         return d
 
     def split_line(self, f) -> str:
         """The host-clock split of a round in words (chained or not: module docstring)."""
         d, v = self.per_round_ms(self.draft_s), self.per_round_ms(self.verify_s)
         h = f(self.per_round_ms(self.host_s), '.3f')
+        if self.pipelined:
+            return (f"round {f(self.ms_per_round, '.3f')} ms = queue {f(d, '.3f')} (the next "
+                    f"round launched: {self.queued_ahead} of {self.rounds} rounds queued "
+                    f"ahead, {self.dropped} dropped at the stop) + wait {f(v, '.3f')} (for "
+                    f"this round on the GPU) + host {h} ms (accept, emit)")
         if self.ahead:
             return (f"round {f(self.ms_per_round, '.3f')} ms = queue {f(d, '.3f')} (draft, "
                     f"verify and the precompute of its rows launched) + wait {f(v, '.3f')} "

@@ -32,6 +32,7 @@ class SpecPlan:
     ngram: tuple[int, int] = (2, 4)
     draft: DraftSpec | None = None   # DSpark: block and mask token (dspark.json)
     files: DSparkFiles | None = None
+    accept: bool = False             # DSpark: verify ends with the in-graph acceptance step
 
     @property
     def draft_file(self) -> Path | None:
@@ -61,7 +62,8 @@ def plan_spec(spec: str, k: int | None, ngram: tuple[int, int], manifest: Path, 
     draft = DraftSpec(files.config.block, files.config.mask_token_id)
     k = draft.block if k is None else k
     check_dspark_options(draft, k, info.max_tokens, ds.verify_max)
-    return SpecPlan("dspark", k, ds.verify_max, ngram, draft, files)
+    return SpecPlan("dspark", k, ds.verify_max, ngram, draft, files,
+                    accept=ds.accept_mask is not None)
 
 
 def gpu_timer_for(rt: object) -> Callable[[], object] | None:
@@ -75,15 +77,18 @@ def gpu_timer_for(rt: object) -> Callable[[], object] | None:
 
 
 def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
-              chain: bool = True, ahead: bool = True) -> Callable[..., SpecResult]:
+              chain: bool = True, ahead: bool = True,
+              pipeline: bool = True) -> Callable[..., SpecResult]:
     """The loop of ``plan`` taking :func:`~kern_run.generate.generate`'s arguments (for
     :func:`~kern_run.spec.check.spec_check`'s ``speculate`` or a direct call).
-    ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round);
-    ``chain``: DSpark's verify queued behind its draft, ``ahead``: and the precompute of its
-    rows behind verify (:mod:`.dspark`)."""
+    ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round; the
+    chained loop then); ``chain``: DSpark's verify queued behind its draft, ``ahead``: and
+    the precompute of its rows behind verify (:mod:`.dspark`); ``pipeline``: and each round
+    queued before the previous is read, where the manifest has the in-graph acceptance
+    (:mod:`.dspark_pipeline`)."""
     if plan.drafter == "dspark":
         timer = gpu_timer_for(rt) if gpu_times and rt is not None else None
         return partial(dspark_generate, draft=plan.draft, k=plan.k,
                        verify_max=plan.verify_max, gpu_timer=timer, chain=chain,
-                       ahead=ahead)
+                       ahead=ahead, pipeline=pipeline and plan.accept)
     return partial(spec_generate, k=plan.k, ngram=plan.ngram, verify_max=plan.verify_max)
