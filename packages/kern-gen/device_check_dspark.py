@@ -234,8 +234,9 @@ def profile_programs(rt, block: int, log, chunk: int, capacity: int) -> None:
     from kern_run.inputs import Inputs, table_pages_of
     for program, tokens in (("decode", 1), ("verify", 8), ("draft", block),
                             ("draft_precompute", 1), ("draft_precompute", block + 1),
-                            ("draft_precompute", chunk)):
-        if tokens > block + 1:                # a prompt chunk's rows at 0 … chunk−1
+                            ("draft_precompute", chunk), ("draft_precompute_prefill", chunk),
+                            ("draft_precompute_prefill", block + 1)):
+        if tokens == chunk:                   # a prompt chunk's rows at 0 … chunk−1
             Inputs(chunk, table_pages=table_pages_of(rt), capacity=capacity).write(
                 rt, [0] * tokens, 0)
         b = breakdown(record_program(rt, program, {"tokens": tokens}, gpu=0), STEPS)

@@ -143,7 +143,14 @@ def with_acceptance(doc: dict, block: int = 7, mask: int = 5) -> dict:
 
 
 def test_a_manifest_without_acceptance_has_no_mask():
-    assert check_dspark(from_obj(dspark_doc())).accept_mask is None
+    info = check_dspark(from_obj(dspark_doc()))
+    assert info.accept_mask is None and not info.prefill_precompute
+
+
+def test_the_prompts_precompute_program_is_reported():
+    doc = dspark_doc()
+    doc["programs"]["draft_precompute_prefill"] = copy.deepcopy(doc["programs"]["decode"])
+    assert check_dspark(from_obj(doc)).prefill_precompute
 
 
 def test_acceptance_reports_its_mask_token():

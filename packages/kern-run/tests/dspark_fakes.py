@@ -6,7 +6,8 @@ state.
 - **Taps.** ``prefill``, ``decode_spec`` and ``verify`` write ``carry`` row i = the feature of
   their row i: a hash of the target KV slots 0 … q (q = that row's position), exactly what
   the row itself read; ``carry_pos[i]`` = q. Plain ``decode`` leaves the carry alone.
-- **draft_precompute** (tokens = t): checks ``carry_pos[i] == positions[i] == slots[i]`` for
+- **draft_precompute** and its prompt twin ``draft_precompute_prefill`` (tokens = t; the
+  twin only after ``prefill``): checks ``carry_pos[i] == positions[i] == slots[i]`` for
   its t rows and writes ``draft_kv[slots[i]] = carry[i]``. ``strict`` (default): it must
   directly follow a tapped call, with t = that call's tokens (prefill, decode_spec), or
   after a verify t = j + 1, j the accepted prefix of that verify's drafts and predictions, or
@@ -36,6 +37,7 @@ from kern_run.spec.accept import accept_prefix
 from spec_fakes import M64, KVModelRuntime, Violation, mix
 
 TAPPED = ("prefill", "decode_spec", "verify")
+PRECOMPUTES = ("draft_precompute", "draft_precompute_prefill")
 #: The acceptance outputs: (name, dtype, rows beyond B); the input each may be copied into.
 NEXT = (("next.token_ids", np.int64, 0), ("next.positions", np.int64, 1),
         ("next.draft_kv_lens", np.int32, 0), ("next.verify_kv_lens", np.int32, 1))
@@ -73,7 +75,8 @@ class DSparkRuntime(KVModelRuntime):
 
     def limits(self) -> dict[str, int]:
         return super().limits() | {"decode_spec": 1, "draft": self.block,
-                                   "draft_precompute": self.max_tokens}
+                                   "draft_precompute": self.max_tokens,
+                                   "draft_precompute_prefill": self.max_tokens}
 
     # -- taps -------------------------------------------------------------------------------
     def features(self, end: int) -> np.ndarray:
@@ -111,7 +114,7 @@ class DSparkRuntime(KVModelRuntime):
 
     # -- the draft programs -----------------------------------------------------------------
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
-        if program not in ("draft", "draft_precompute"):
+        if program not in ("draft",) + PRECOMPUTES:
             return super().run(program, symbols, graph=graph)
         if set(symbols) != {"tokens"}:
             raise Violation(f"symbols {symbols}")
@@ -129,15 +132,17 @@ class DSparkRuntime(KVModelRuntime):
                             f"{self.capacity}")
         ids = self.buffers["token_ids"][:t].tolist()
         self.events.append(("run", program, dict(symbols), graph, int(pos[0]), ids))
-        if program == "draft_precompute":
-            self.precompute(t, pos)
+        if program in PRECOMPUTES:
+            self.precompute(t, pos, program)
         else:
             self.draft(t, pos)
         self.last = (program, t, ids, None)
 
-    def precompute(self, t: int, pos: np.ndarray) -> None:
+    def precompute(self, t: int, pos: np.ndarray, program: str = "draft_precompute") -> None:
         if self.strict:
             prog, tokens, ids, preds = self.last or (None, 0, [], None)
+            if program == "draft_precompute_prefill" and prog != "prefill":
+                raise Violation(f"{program} after `{prog}`: it serves the prompt's chunks")
             if prog not in TAPPED:
                 raise Violation(f"draft_precompute after `{prog}`, not after a tapped call")
             want = ({accept_prefix(ids[1:], preds) + 1, tokens} if prog == "verify"

@@ -233,6 +233,20 @@ def test_a_gpu_timer_or_no_ahead_selects_the_chained_loop():
     assert not res.spec.pipelined and res.spec.queued_ahead == 0
 
 
+def test_the_prompt_chunks_run_the_prefill_precompute_where_the_manifest_has_it():
+    prompt = list(range(10, 20))
+    ref, rt_ref = ds_run(prompt, steps=20, chunk=4)
+    res, rt = ds_run(prompt, steps=20, chunk=4, prefill_precompute=True)
+    same(res, ref)
+    assert [s for s in seq(rt) if s[0] == "draft_precompute_prefill"] == [
+        ("draft_precompute_prefill", 0, 4), ("draft_precompute_prefill", 4, 4),
+        ("draft_precompute_prefill", 8, 1)]
+    swap = {"draft_precompute_prefill": "draft_precompute"}
+    assert [(swap.get(p, p), q, t) for p, q, t in seq(rt)] == seq(rt_ref)
+    caps = {(e[1], e[2]["tokens"]) for e in rt.events if e[0] == "capture"}
+    assert ("draft_precompute_prefill", 4) in caps and not rt.uncaptured
+
+
 def test_no_acceptance_is_one_token_per_round_and_lossless():
     prompt = [5, 1, 2]
     plain = plain_run(prompt, steps=12, chunk=4)

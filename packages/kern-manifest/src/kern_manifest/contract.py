@@ -68,6 +68,9 @@ VERIFY_MAX = 16
 DECODE_SPEC = "decode_spec"
 DRAFT = "draft"
 DRAFT_PRECOMPUTE = "draft_precompute"
+#: Optional: ``draft_precompute`` with GEMMs for many rows, which the caller runs after the
+#: prompt's ``prefill`` chunks instead (the same inputs and effect).
+DRAFT_PRECOMPUTE_PREFILL = "draft_precompute_prefill"
 #: The programs a DSpark caller runs (``batch`` is the engine's, not the caller's).
 DSPARK_PROGRAMS = (PREFILL, DECODE, DECODE_SPEC, VERIFY, DRAFT, DRAFT_PRECOMPUTE)
 #: ``carry`` bf16 [tokens, d], class carry: the projected tap features of each row of the
@@ -239,6 +242,8 @@ class DSparkInfo:
     hidden: int              # d: the ``carry`` row width
     verify_max: int          # the most tokens one ``verify`` call takes
     draft_weights: tuple[str, ...]   # the ``draft.*`` weight buffers, in manifest order
+    prefill_precompute: bool = False
+    """The manifest has :data:`DRAFT_PRECOMPUTE_PREFILL` (for the prompt's chunks)."""
     accept_mask: int | None = None
     """The mask token of verify's in-graph acceptance (:data:`NEXT_INPUTS`); None when the
     manifest has none (the caller then writes every round's inputs itself)."""
@@ -285,7 +290,8 @@ def check_dspark(m: Manifest) -> DSparkInfo:
                     if b.cls == "weight" and n.startswith(DRAFT_WEIGHT_PREFIX))
     return DSparkInfo(layers=layers, block=block, hidden=hidden, draft_weights=weights,
                       verify_max=min(VERIFY_MAX, sym.max if sym is not None else VERIFY_MAX),
-                      accept_mask=mask)
+                      accept_mask=mask,
+                      prefill_precompute=DRAFT_PRECOMPUTE_PREFILL in m.programs)
 
 
 def _acceptance(m: Manifest, block: int) -> tuple[int | None, list[str]]:

@@ -49,7 +49,7 @@ def dspark_command(
     verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]
         = DEFAULT_VERIFY_ATTENTION,
 ) -> None:
-    """Generate a target manifest with a DSpark draft in it (seven programs: docs/dspark.md)."""
+    """Generate a target manifest with a DSpark draft in it (eight programs: docs/dspark.md)."""
     try:
         if target not in TARGETS:
             raise WiringError(f"target `{target}`: choose one of {', '.join(TARGETS)}")

@@ -145,9 +145,11 @@ K_PATH = ("self_attn.k_proj", "self_attn.v_proj", "k_var", "k_rope_sin", "k_rope
 """The labels (after ``L{j}.``) of a captured layer's K/V path, whichever the family has."""
 
 
-def precompute(g: Inputs, spec: DraftSpec) -> Program:
+def precompute(g: Inputs, spec: DraftSpec, name: str = "draft_precompute") -> Program:
+    """The precompute program ``name``: ``draft_precompute`` (the round's few rows; its GEMMs
+    the ``--gemm`` implementation) or ``draft_precompute_prefill`` (the prompt's chunks; the
+    same cut, its GEMMs prefill's cuBLASLt: :data:`..llama.programs.GEMV_GEMMS`)."""
     cfg, n = g.cfg, spec.layers
-    name = "draft_precompute"
     w = wire(g, Cut(name, g.prefill_group))
     k0 = _index(w, "L0.input_layernorm")
     norm = w.ops[k0]

@@ -1,5 +1,5 @@
 """``kern-gen dspark``: the llama pipeline (:func:`kern_gen.llama.pipeline.generate`) with the
-DSpark draft as its extension: the seven programs of :mod:`.programs`, the draft's weights and
+DSpark draft as its extension: the eight programs of :mod:`.programs`, the draft's weights and
 KV states, and a report section."""
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from . import draft as D
 from .spec import DraftSpec
 from .taps import add_taps
 
-ORDER = ("prefill", "decode", "decode_spec", "verify", "batch", "draft", "draft_precompute")
+ORDER = ("prefill", "decode", "decode_spec", "verify", "batch", "draft", "draft_precompute",
+         "draft_precompute_prefill")
 
 
 def build(g: Inputs, spec: DraftSpec) -> list[Program]:
@@ -27,5 +28,6 @@ def build(g: Inputs, spec: DraftSpec) -> list[Program]:
         "batch": plain["batch"],
         "draft": D.draft(g, spec),
         "draft_precompute": D.precompute(g, spec),
+        "draft_precompute_prefill": D.precompute(g, spec, "draft_precompute_prefill"),
     }
     return [out[name] for name in ORDER]

@@ -79,11 +79,11 @@ round's verified rows (<= 16) and once per prompt chunk over up to ``tokens.max`
 K/V GEMMs through cuBLASLt took 6.2 µs each at one row on the H200 (10 of them, 62 of the
 Qwen3 shape's 105 µs precompute, docs/measurements.md issue 15, session 17); the own GEMV
 computes each row alone (the loop's precompute ahead of the predictions gives the draft the
-same bits) and is correct at any row count, at the cost of re-reading W per 8 rows in the
-prompt's chunks (not yet measured there: the profile of a 2048-row chunk in
-``device_check_dspark.py`` failed on its block-table write in session 17).  Only the GEMMs:
-the fusions of :data:`FEW_ROWS`
-(q/k/v, SiLU·mul, rope) are not applied to it."""
+same bits) and is correct at any row count, but re-reads W per 8 rows: a 2048-row prompt
+chunk took 2951 µs on the Qwen3 shape (session 18), so the prompt's chunks run
+``draft_precompute_prefill`` instead, the same program with prefill's cuBLASLt GEMMs (not in
+this set).  Only the GEMMs: the fusions of :data:`FEW_ROWS` (q/k/v, SiLU·mul, rope) are not
+applied to it."""
 
 
 def build(g: Inputs) -> list[Program]:

@@ -1,7 +1,8 @@
 """The DSpark speculative loop (docs/dspark.md "The caller loop"; greedy, lossless).
 
 1. Prompt ``t_0 … t_{n−1}``: ``prefill`` chunks of ``t_0 … t_{n−2}``, each followed by
-   ``draft_precompute`` over the same rows; then ``decode_spec`` of ``t_{n−1}`` at n − 1 (its
+   ``draft_precompute`` over the same rows (``draft_precompute_prefill``, its many-row
+   twin, where the manifest has it); then ``decode_spec`` of ``t_{n−1}`` at n − 1 (its
    ``next_token`` is the first generated token) and ``draft_precompute`` of that row.
 2. A round at anchor ``a`` (the last emitted token, not yet in either KV state), position p:
    ``draft`` (B rows ``[a, mask × (B−1)]`` at p … p+B−1, every row ``kv_lens`` = p + B) →
@@ -52,7 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS,
+from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE,
+                                    DRAFT_PRECOMPUTE_PREFILL, DRAFT_TOKENS,
                                     NEXT_TOKEN, PREDICTIONS, PREFILL, TOKEN_IDS, VERIFY,
                                     VERIFY_MAX)
 from ..chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
@@ -101,7 +103,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
                     clock: Callable[[], float] = time.perf_counter,
                     chain: bool = True, ahead: bool = True,
-                    pipeline: bool = False) -> SpecResult:
+                    pipeline: bool = False, prefill_precompute: bool = False) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -113,7 +115,9 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     (module docstring; False: j + 1 rows once the predictions are read); ``pipeline``: with
     ``ahead`` and no ``gpu_timer``, queue each round before the previous one is read, its
     inputs copied on the device from verify's in-graph acceptance (:mod:`.dspark_pipeline`;
-    the manifest must have it: ``DSparkInfo.accept_mask``)."""
+    the manifest must have it: ``DSparkInfo.accept_mask``); ``prefill_precompute``: the
+    prompt's chunks run ``draft_precompute_prefill`` (the manifest has it), else
+    ``draft_precompute``."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -128,8 +132,9 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     stats = DSparkStats(k=k, block=draft.block, widths=widths, chained=chain, ahead=ahead,
                         pipelined=pipeline)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
+    chunk_pc = DRAFT_PRECOMPUTE_PREFILL if prefill_precompute else DRAFT_PRECOMPUTE
     if capture:
-        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps)
+        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc)
     from .dspark_pipeline import PipelinedLoop
     loop = (PipelinedLoop if pipeline else _DSparkLoop)(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
                        eager=eager, capacity=capacity, on_token=on_token, clock=clock,
@@ -137,21 +142,21 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
                        timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
-                       chain=chain, ahead=ahead)
+                       chain=chain, ahead=ahead, chunk_precompute=chunk_pc)
     loop.run(calls)
     return res
 
 
 def capture_dspark(rt: RuntimeLike, calls: Sequence[Call], block: int, widths: list[int],
-                   steps: int) -> float:
+                   steps: int, chunk_precompute: str = DRAFT_PRECOMPUTE) -> float:
     """Capture every graph the run may replay, before the clock: the prompt's full prefill
-    chunks and their precompute, ``decode_spec`` and its one-row precompute, plain ``decode``
+    chunks and their precompute (program ``chunk_precompute``), ``decode_spec`` and its one-row precompute, plain ``decode``
     (the finishing steps), and when rounds can happen (``widths``) ``draft`` (tokens = B),
     each ``verify`` width and each precompute width 1 … max width. Returns the seconds."""
     t0 = time.perf_counter()
     keys = []
     for program, tokens in graph_keys([c for c in calls if c.program == PREFILL]):
-        keys += [(program, tokens), (DRAFT_PRECOMPUTE, tokens)]
+        keys += [(program, tokens), (chunk_precompute, tokens)]
     keys += [(DECODE_SPEC, 1), (DRAFT_PRECOMPUTE, 1)]
     if steps > 1:
         keys.append(("decode", 1))
@@ -175,7 +180,7 @@ class _DSparkLoop(Emission):
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
                  on_token: Callable[[int], None] | None, clock: Callable[[], float],
                  inputs: Inputs, timer: RoundTimer | None, chain: bool = False,
-                 ahead: bool = False) -> None:
+                 ahead: bool = False, chunk_precompute: str = DRAFT_PRECOMPUTE) -> None:
         self.rt, self.res, self.stats, self.chain = rt, res, res.spec, chain
         self.ahead = ahead
         self.block, self.steps, self.k, self.eos, self.eager = draft.block, steps, k, eos, eager
@@ -189,6 +194,7 @@ class _DSparkLoop(Emission):
         self.produced = 0                 # tokens emitted (an EOS included once emitted)
         self.stream: list[int] = []       # emitted, not yet passed to on_token
         self.t_first = self.t_last = 0.0
+        self.chunk_precompute = chunk_precompute   # the prompt chunks' precompute program
 
     # -- bookkeeping ------------------------------------------------------------------------
     def launch(self, program: str, pos0: int, tokens: int, graph: bool) -> None:
@@ -252,7 +258,7 @@ class _DSparkLoop(Emission):
         for c in prefill:
             self.inputs.write(rt, prompt[c.pos0:c.pos0 + c.tokens], c.pos0)
             self.launch(PREFILL, c.pos0, c.tokens, c.graph)
-            self.launch(DRAFT_PRECOMPUTE, c.pos0, c.tokens, c.graph)
+            self.launch(self.chunk_precompute, c.pos0, c.tokens, c.graph)
         if prefill:
             rt.synchronize()
             res.prefill_s = self.clock() - t0     # the chunks and their precompute

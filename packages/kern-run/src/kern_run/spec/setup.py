@@ -33,6 +33,7 @@ class SpecPlan:
     draft: DraftSpec | None = None   # DSpark: block and mask token (dspark.json)
     files: DSparkFiles | None = None
     accept: bool = False             # DSpark: verify ends with the in-graph acceptance step
+    prefill_precompute: bool = False  # DSpark: the prompt's chunks have their own precompute
 
     @property
     def draft_file(self) -> Path | None:
@@ -63,7 +64,8 @@ def plan_spec(spec: str, k: int | None, ngram: tuple[int, int], manifest: Path, 
     k = draft.block if k is None else k
     check_dspark_options(draft, k, info.max_tokens, ds.verify_max)
     return SpecPlan("dspark", k, ds.verify_max, ngram, draft, files,
-                    accept=ds.accept_mask is not None)
+                    accept=ds.accept_mask is not None,
+                    prefill_precompute=ds.prefill_precompute)
 
 
 def gpu_timer_for(rt: object) -> Callable[[], object] | None:
@@ -90,5 +92,6 @@ def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
         timer = gpu_timer_for(rt) if gpu_times and rt is not None else None
         return partial(dspark_generate, draft=plan.draft, k=plan.k,
                        verify_max=plan.verify_max, gpu_timer=timer, chain=chain,
-                       ahead=ahead, pipeline=pipeline and plan.accept)
+                       ahead=ahead, pipeline=pipeline and plan.accept,
+                       prefill_precompute=plan.prefill_precompute)
     return partial(spec_generate, k=plan.k, ngram=plan.ngram, verify_max=plan.verify_max)
