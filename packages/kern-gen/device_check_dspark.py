@@ -348,9 +348,9 @@ def main(argv=None) -> int:
                            chained_round_ms=sc.spec.ms_per_round,
                            pipelined_queued=pst.queued_ahead, pipelined_lines=pst.lines())
             plain_ms = 1e3 * plain.decode_s / max(plain.decode_tokens, 1)
-            log(f"pipelined: tokens and rounds {'identical to' if chained['pipelined_same'] else 'DIFFER from'} "
-                f"the chained loop's; {chained['pipelined_ms']:.3f} ms/token; round "
-                f"{pst.ms_per_round:.3f} ms = {pst.ms_per_round / plain_ms:.3f} plain steps "
+            same_p = "identical to" if chained["pipelined_same"] else "DIFFER from"
+            log(f"pipelined: tokens and rounds {same_p} the chained loop's; "
+                f"{chained['pipelined_ms']:.3f} ms/token; round {pst.ms_per_round:.3f} ms = {pst.ms_per_round / plain_ms:.3f} plain steps "
                 f"(chained {sc.spec.ms_per_round:.3f} ms = "
                 f"{sc.spec.ms_per_round / plain_ms:.3f}); {pst.queued_ahead} of {pst.rounds} "
                 f"rounds queued ahead | " + " | ".join(pst.lines()[2:]))

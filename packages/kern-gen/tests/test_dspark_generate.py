@@ -379,6 +379,7 @@ def test_the_prompts_precompute_twin_differs_only_in_its_gemms(name):
     assert gemms and all(b["kernel"] == "gemm" and a["kernel"].startswith(
         "draft_precompute.gemm.") for a, b in gemms)
     # the rest is the same dispatch, up to the programs' own workspace names
-    norm = lambda d: json.dumps(d).replace("draft_precompute_prefill.", "draft_precompute.")  # noqa: E731
+    def norm(d: dict) -> str:
+        return json.dumps(d).replace("draft_precompute_prefill.", "draft_precompute.")
     assert all(norm(a) == norm(b) for a, b in zip(few, many) if a["kernel"] == b["kernel"])
     assert [a["label"] for a in few] == [b["label"] for b in many]

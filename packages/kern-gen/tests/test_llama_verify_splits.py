@@ -31,14 +31,23 @@ DSPARK_EX = {"llama": ROOT / "examples/smollm2-135m-dspark",
 
 
 @pytest.fixture(scope="module")
-def variants(tmp_path_factory) -> dict[str, dict]:
+def presets(tmp_path_factory) -> dict[str, tuple]:
+    """name -> (capture, config, plain example, label, mined file), each capture mined once."""
     out = {}
     for name in PRESETS:
         cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
         mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
         mined.write_bytes(encode_json(mine(cap)))
+        out[name] = (cap, cfg, ex, label, mined)
+    return out
+
+
+@pytest.fixture(scope="module")
+def variants(presets) -> dict[str, dict]:
+    out = {}
+    for name, (cap, cfg, ex, label, mined) in presets.items():
         own = own_committed(ex)
-        # the split partial (--verify-attention split; the default is rows, tested below)
+        # the split partial (--verify-attention split, the default; rows is tested below)
         out[name] = {v: json.loads(generate(cap, cfg, mined=mined, label=label, own_cubins=own,
                                             verify_splits=v, verify_attention="split").manifest)
                      for v in ("divided", "decode", "4")}
@@ -137,12 +146,9 @@ def test_a_split_count_is_passed_times_tokens(variants, name):
 
 
 @pytest.fixture(scope="module")
-def rows_variants(tmp_path_factory) -> dict[str, dict]:
+def rows_variants(presets) -> dict[str, dict]:
     out = {}
-    for name in PRESETS:
-        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
-        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
-        mined.write_bytes(encode_json(mine(cap)))
+    for name, (cap, cfg, _, label, mined) in presets.items():
         out[name] = {v: json.loads(generate_dspark(
             cap, cfg, DRAFT[name], mined=mined, label=label, own_cubins=own_committed(
                 DSPARK_EX[name]), verify_attention=v).manifest) for v in ("rows", "verify-rows")}

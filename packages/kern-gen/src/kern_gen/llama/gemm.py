@@ -37,9 +37,9 @@ ACC_SYMBOL = "kern_gemv_acc_bf16"
 ACC_IMPLS = ("cublaslt", "gemv")
 """``--gemm-acc`` choices (kern-gen dspark): ``gemv`` (the default) puts the few-row programs'
 accumulating GEMMs (the tap projections of verify and decode_spec) on the own GEMV.  Measured
-on the H200 (session 17, docs/measurements.md issue 15): verify's GPU time 3.236 → 3.202 ms (same run)
-on the Qwen3-4B shape (it keeps the PDL chain that a cuBLASLt launch breaks), SmolLM2's 0.764
-→ 0.754 ms, the shipped draft's acceptance unchanged.  (The draft's Markov head, where the
+on the H200 (session 17, docs/measurements.md issue 15): verify's GPU time 3.236 → 3.202 ms
+(same run) on the Qwen3-4B shape (it keeps the PDL chain that a cuBLASLt launch breaks),
+SmolLM2's 0.764 → 0.754 ms, the shipped draft's acceptance unchanged.  (The draft's Markov head, where the
 GEMV was slower, is now one own kernel: :mod:`.markov`.)"""
 ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS}
 """``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``."""

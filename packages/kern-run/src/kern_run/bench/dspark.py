@@ -90,8 +90,9 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     once more, both runs stopping at the first EOS as ``kern-run`` does for a user
     (``to_eos``: ms/token of both over what each generated, the speedup, τ), and that pass
     again with the chained loop that queues no round ahead (``to_eos_chained``; the default
-    pipelines rounds where the manifest has the in-graph acceptance), the unchained loop (the drafts read before verify is launched,
-    ``to_eos_unchained``; the default loop queues verify behind the draft) and with the
+    pipelines rounds where the manifest has the in-graph acceptance), the unchained loop
+    (the drafts read before verify is launched, ``to_eos_unchained``; the default loop
+    queues verify behind the draft) and with the
     chained loop that launches the precompute after the predictions (``to_eos_after``; the
     default queues it ahead, behind verify). The 128-step pass and ``to_eos`` run the
     default loop; one more run per set with GPU events (the chained loop: events need it)

@@ -277,13 +277,7 @@ class _DSparkLoop(Emission):
         rt, syms, p, B = self.rt, self.syms, self.n + self.produced - 1, self.block
         timer = self.timer
         t_a = self.clock()
-        self.block_ids[0] = self.seq[p]
-        self.inputs.write(rt, self.block_ids, p, kv_len=p + B)
-        if timer is not None:
-            timer.mark(0)
-        self.launch(DRAFT, p, B, self.graph)
-        if timer is not None:
-            timer.mark(1)
+        self.queue_draft(p)
         w = m + 1
         queued = False                            # this round's precompute already queued
         if self.chain:
@@ -312,19 +306,36 @@ class _DSparkLoop(Emission):
         self.stats.round_s += t_d - t_a
         return stop
 
-    def chained(self, p: int, m: int) -> tuple[list[int], list[int], float, bool]:
-        """Verify queued behind the draft: its inputs written (rows 1 … m of ``token_ids``
-        then replaced on the device by the drafts), launched, and both outputs read once;
-        with ``ahead`` the precompute of all m + 1 rows queued behind the reads. (drafts,
-        predictions, the host clock once verify is queued, whether the precompute is)."""
-        rt, timer, w = self.rt, self.timer, m + 1
+    def queue_draft(self, p: int) -> None:
+        """The draft's inputs for the anchor ``seq[p]`` written, and ``draft`` launched."""
+        self.block_ids[0] = self.seq[p]
+        self.inputs.write(self.rt, self.block_ids, p, kv_len=p + self.block)
+        if self.timer is not None:
+            self.timer.mark(0)
+        self.launch(DRAFT, p, self.block, self.graph)
+        if self.timer is not None:
+            self.timer.mark(1)
+
+    def queue_chained(self, p: int, m: int) -> tuple[object, object, bool]:
+        """Verify queued behind the draft (its inputs written, rows 1 … m of ``token_ids``
+        then replaced on the device by the drafts), the reads of both outputs, and with
+        ``ahead`` the precompute of all m + 1 rows behind them. (The drafts' pending read,
+        the predictions', whether the precompute is queued.)"""
+        rt, w = self.rt, m + 1
         self.queue_verify(p, m, drafts_on_device=True)
-        t_b = self.clock()
         read = rt.read_async(DRAFT_TOKENS, self.syms[self.block])
         pred = rt.read_async(PREDICTIONS, self.syms[w])
         queued = self.ahead and self.may_follow(p)
         if queued:
             self.precompute(p, w)
+        return read, pred, queued
+
+    def chained(self, p: int, m: int) -> tuple[list[int], list[int], float, bool]:
+        """:meth:`queue_chained`, then both outputs read once. (drafts, predictions, the host
+        clock once everything is queued, whether the precompute is)."""
+        timer, w = self.timer, m + 1
+        read, pred, queued = self.queue_chained(p, m)
+        t_b = self.clock()
         self.flush()                              # stream the last round's tokens meanwhile
         drafts = read.wait().reshape(-1)[:m].tolist()
         preds = pred.wait().reshape(-1).tolist()

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kern_manifest.contract import (DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS, KV_LENS,
+from kern_manifest.contract import (DRAFT, DRAFT_TOKENS, KV_LENS,
                                     NEXT_DRAFT_KV_LENS, NEXT_POSITIONS, NEXT_TOKEN_IDS,
                                     NEXT_VERIFY_KV_LENS, POSITIONS, PREDICTIONS, SLOTS,
                                     TOKEN_IDS, VERIFY)
@@ -100,25 +100,22 @@ class PipelinedLoop(_DSparkLoop):
         """Queue a round of m drafts: its inputs (``fed``: copied from the last verify's
         acceptance outputs; else written from the host's anchor), draft, verify behind it,
         the reads of both outputs, and the precompute of all m + 1 rows."""
-        rt, B, w, at = self.rt, self.block, m + 1, len(self.res.calls)
-        p = UNKNOWN if fed else self.n + self.produced - 1
-        if fed:
-            for dst, src in FEED_DRAFT:
-                rt.copy(dst, src)
-        else:
-            self.block_ids[0] = self.seq[p]
-            self.inputs.write(rt, self.block_ids, p, kv_len=p + B)
-        self.launch(DRAFT, p, B, self.graph)
-        if fed:
-            rt.copy(TOKEN_IDS, DRAFT_TOKENS, self.syms[m], dst_row=1)
-            rt.copy(KV_LENS, NEXT_VERIFY_KV_LENS)
-            self.launch(VERIFY, p, w, self.graph)
-        else:
-            self.queue_verify(p, m, drafts_on_device=True)
+        at = len(self.res.calls)
+        if not fed:                               # the chained loop's queueing
+            p = self.n + self.produced - 1
+            self.queue_draft(p)
+            drafts, preds, _ = self.queue_chained(p, m)
+            return Queued(m, drafts, preds, range(at, len(self.res.calls)))
+        rt, B, w = self.rt, self.block, m + 1
+        for dst, src in FEED_DRAFT:
+            rt.copy(dst, src)
+        self.launch(DRAFT, UNKNOWN, B, self.graph)
+        rt.copy(TOKEN_IDS, DRAFT_TOKENS, self.syms[m], dst_row=1)
+        rt.copy(KV_LENS, NEXT_VERIFY_KV_LENS)
+        self.launch(VERIFY, UNKNOWN, w, self.graph)
         drafts = rt.read_async(DRAFT_TOKENS, self.syms[B])
         preds = rt.read_async(PREDICTIONS, self.syms[w])
-        if fed or self.may_follow(p):
-            self.launch(DRAFT_PRECOMPUTE, p, w, self.graph)
+        self.precompute(UNKNOWN, w)               # p unknown: every round may be followed
         return Queued(m, drafts, preds, range(at, len(self.res.calls)))
 
     def stamp(self, q: Queued, p: int) -> None:

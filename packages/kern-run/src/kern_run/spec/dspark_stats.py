@@ -25,8 +25,8 @@ wait: ``draft_s`` is then that queueing, ``verify_s`` the wait for this round's 
 ``host_s`` accept and emit; ``queued_ahead`` counts the rounds queued so, ``dropped`` those
 computed after a stop and not used.
 
-Chained rounds (``chained``, the default loop without in-graph acceptance: verify is queued behind the draft and both
-are read at once) have one synchronising read, so the same two fields mean: ``draft_s`` the
+Chained rounds (``chained``, the default loop without in-graph acceptance: verify is queued
+behind the draft and both are read at once) have one synchronising read, so the same two fields mean: ``draft_s`` the
 queueing (both programs' input writes and launches, the device copy of the drafts),
 ``verify_s`` the wait for both on the GPU and the readback; with ``ahead`` (the precompute of
 all verified rows queued behind verify, :mod:`.dspark`) the queueing includes that launch and
