@@ -21,22 +21,18 @@ buffers: the tapped call just before it (a prefill chunk, ``decode_spec``, or th
 and no host write. Rejected rows need no rollback in either state (slot = position: they lie
 past the new anchor and are rewritten before any row reads them).
 
-``chain`` (:func:`dspark_generate`, the default since it measured faster: math-code to the
-first EOS 1.58x → 1.63x plain on the H200, docs/measurements.md): verify is queued right
-behind the draft, without waiting for it — verify's inputs but its drafts are known before the draft runs (positions p … p+m),
-and ``draft_tokens[0 … m)`` is copied into ``token_ids[1 … m]`` on the device
-(``Runtime.copy``'s ``dst_row``); the drafts are read with the predictions. One host trip a
-round fewer; the host-clock split of the round then cannot separate draft and verify.
+``chain`` (:func:`dspark_generate`, the default: math-code to the first EOS 1.58x → 1.63x
+plain on the H200): verify is queued right behind the draft — its inputs but the drafts are
+known before the draft runs, and ``draft_tokens[0 … m)`` is copied into ``token_ids[1 … m]``
+on the device (``Runtime.copy``'s ``dst_row``); the drafts are read with the predictions.
 
-``ahead`` (with ``chain``; the default): the round's ``draft_precompute`` is queued right
-behind verify, over all m + 1 verified rows, before the host has the predictions, so the GPU
-runs it while the host accepts instead of idling until a precompute of j + 1 rows is
-launched (the H200 measured that idle gap at ~0.07 ms a Qwen3-shape round). The rows past
-the accepted prefix get the features of rejected tokens; they lie at the new anchor
-p + j + 1 … p + m, inside the next draft's block, whose layers write their own K/V there
-before any row reads them, and the next round's precompute rewrites them: the draft reads
-the same K/V as with j + 1 rows (bit for bit where the precompute's kernels compute each
-row alone, as the own GEMV and the row-wise norms do).
+``ahead`` (with ``chain``; the default): the round's ``draft_precompute`` of all m + 1
+verified rows is queued right behind verify, before the host has the predictions (the H200
+measured the idle gap it removes at ~0.07 ms a Qwen3-shape round). The rows past the
+accepted prefix get rejected tokens' features at p + j + 1 … p + m, inside the next draft's
+block, whose layers write their own K/V there before any row reads them, and the next
+precompute rewrites them: the draft reads the same K/V as with j + 1 rows (bit for bit: the
+precompute's kernels compute each row alone). ``pipeline``: :mod:`.dspark_pipeline`.
 
 Host work per round is kept small: the sequence lives in one preallocated i64 array (the
 drafts are written past its end and ``token_ids`` of verify is a slice of it), the draft's
@@ -333,15 +329,14 @@ class _DSparkLoop(Emission):
     def chained(self, p: int, m: int) -> tuple[list[int], list[int], float, bool]:
         """:meth:`queue_chained`, then both outputs read once. (drafts, predictions, the host
         clock once everything is queued, whether the precompute is)."""
-        timer, w = self.timer, m + 1
         read, pred, queued = self.queue_chained(p, m)
         t_b = self.clock()
         self.flush()                              # stream the last round's tokens meanwhile
         drafts = read.wait().reshape(-1)[:m].tolist()
         preds = pred.wait().reshape(-1).tolist()
-        if timer is not None:
-            timer.previous_precompute(self.stats)
-        self.seq[p + 1:p + w] = drafts
+        if self.timer is not None:
+            self.timer.previous_precompute(self.stats)
+        self.seq[p + 1:p + m + 1] = drafts
         return drafts, preds, t_b, queued
 
     def queue_verify(self, p: int, m: int, drafts_on_device: bool = False) -> None:
