@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kern_run.spec.accept import accept_prefix
-from spec_fakes import M64, KVModelRuntime, Violation, mix
+from spec_fakes import M64, KVModelRuntime, Violation, mix, run_ops
 
 TAPPED = ("prefill", "decode_spec", "verify")
 PRECOMPUTES = ("draft_precompute", "draft_precompute_prefill")
@@ -339,3 +339,9 @@ class NullDSpark:
 
     def capture(self, program: str, symbols: dict[str, int]) -> None:
         pass
+
+    def capture_sequence(self, ops) -> None:
+        pass
+
+    def run_sequence(self, ops, *, graph: bool = True) -> None:
+        run_ops(self, ops, graph)

@@ -29,6 +29,17 @@ TIE = 0.01
 MAX_POSITIONS = 4096
 
 
+def run_ops(rt, ops, graph: bool) -> None:
+    """Replay ``kern_runtime`` sequence ops (``Run`` / ``Copy``) through ``rt.run`` / ``rt.copy``."""
+    from kern_runtime import Run
+    for op in ops:
+        if isinstance(op, Run):
+            rt.run(op.program, dict(op.symbols), graph=graph)
+        else:
+            rt.copy(op.dst, op.src, None if op.symbols is None else dict(op.symbols),
+                    dst_row=op.dst_row)
+
+
 class Violation(AssertionError):
     """The caller broke the contract."""
 
@@ -85,6 +96,7 @@ class KVModelRuntime:
         self.events: list[tuple] = []
         self.captured: set[tuple[str, int]] = set()
         self.uncaptured: list[tuple[str, int]] = []
+        self.captured_sequences: set[tuple] = set()
 
     # -- the model --------------------------------------------------------------------------
     def entry(self, tok: int, pos: int) -> int:
@@ -147,6 +159,18 @@ class KVModelRuntime:
 
     def synchronize(self) -> None:
         self.events.append(("sync",))
+
+    def capture_sequence(self, ops) -> None:
+        self.captured_sequences.add(tuple(ops))   # idempotent, as Runtime.capture_sequence
+        self.events.append(("capture_sequence", len(ops)))
+
+    def run_sequence(self, ops, *, graph: bool = True) -> None:
+        """``Runtime.run_sequence``: the ops in order, as the individual calls would run them;
+        with ``graph`` its one graph must have been captured before."""
+        if graph and tuple(ops) not in self.captured_sequences:
+            self.uncaptured.append(("sequence", len(ops)))
+        self.events.append(("sequence", len(ops)))
+        run_ops(self, ops, graph)
 
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
         if set(symbols) != {"tokens"}:

@@ -196,6 +196,37 @@ def test_pipelined_rounds_equal_the_chained(plan):
         assert not any(e[0] == "write" for e in ev[before:v])
 
 
+@pytest.mark.parametrize("plan", PLANS[:3])
+def test_a_fed_round_is_one_graph_captured_before_the_clock(plan):
+    """With graphs (the default ``round_graph``) every round queued ahead is one sequence:
+    the feed copies, draft, copies, verify and the precompute of all its rows, captured with
+    the run's other graphs; the reads follow it. ``round_graph=False``: the same runs, a
+    graph each, the same tokens."""
+    prompt = list(range(10, 20))
+    res, rt = pipelined(prompt, plan, steps=60, chunk=4)
+    off, rt_off = pipelined(prompt, plan, steps=60, chunk=4, round_graph=False)
+    same(res, off)
+    assert seq(rt) == seq(rt_off) and res.spec.round_log == off.spec.round_log
+    assert rt.uncaptured == [] and len(rt.captured_sequences) == 1
+    ev = rt.events
+    clock = next(i for i, e in enumerate(ev) if e[0] == "run")
+    assert [i for i, e in enumerate(ev) if e[0] == "capture_sequence"][-1] < clock
+    fed = [i for i, e in enumerate(ev) if e[0] == "sequence"]
+    assert len(fed) == res.spec.queued_ahead >= 3
+    assert not any(e[0] == "sequence" for e in rt_off.events)
+    for i in fed:
+        got = [e[:2] if e[0] == "run" else e for e in ev[i + 1:i + 12]]
+        assert got == [("copy", "token_ids", "next.token_ids"),
+                       ("copy", "positions", "next.positions"),
+                       ("copy", "slots", "next.positions"),
+                       ("copy", "kv_lens", "next.draft_kv_lens"), ("run", "draft"),
+                       ("copy", "token_ids", "draft_tokens"),
+                       ("copy", "kv_lens", "next.verify_kv_lens"), ("run", "verify"),
+                       ("run", "draft_precompute"),
+                       ("read_async", "draft_tokens"), ("read_async", "predictions")]
+        assert ev[i + 9][2] == ev[i + 8][2] == {"tokens": 8}     # all k + 1 rows
+
+
 @pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("steps", [2, 9, 17, 18, 19, 30])
 def test_pipelining_stops_short_of_the_step_limit_and_the_capacity(plan, steps):

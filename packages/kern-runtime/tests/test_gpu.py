@@ -264,3 +264,20 @@ def test_copy_and_read_async_feed_outputs_back_on_the_device(art):
         lost = r.read_async("sval")
     with pytest.raises(CallerError, match="closed before this read was waited for"):
         lost.wait()
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_sequence_of_runs_and_copies_equals_the_calls_one_by_one(art, graph):
+    """``run_sequence``: copy, run, copy, run as one graph (or step by step) computes what
+    the four calls compute, and replays (x ← sval twice a sequence: 4x a replay)."""
+    from kern_runtime import Copy, Run
+    ops = (Copy.of("x", "sval"), Run.of("main", {"tokens": 5}),
+           Copy.of("x", "sval"), Run.of("main", {"tokens": 5}))
+    with load(art) as r:
+        x = np.random.default_rng(4).standard_normal((5, 16)).astype(np.float32)
+        r.write("x", x)
+        r.run("main", {"tokens": 5})           # sval = 2x
+        for rep in range(3):
+            r.run_sequence(ops, graph=graph)
+            np.testing.assert_array_equal(r.read("sval"), np.float32(2 ** (3 + 2 * rep)) * x)
+        assert any(g.program == "[copy+main+copy+main]" for g in r.graphs) == graph

@@ -15,12 +15,14 @@ from .errors import (CallerError, CudaError, KernelArtifactError, KernRuntimeErr
                      ManifestProblem, WeightArtifactError)
 from .hostdata import HOST_DTYPES, from_bf16, to_bf16
 from .prepare import Prepared, prepare
-from .runtime import Runtime, gpu_available, gpu_memory
+from .probe import gpu_available, gpu_memory
+from .runtime import Runtime
+from .sequence import Copy, Run
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "HOST_DTYPES", "CallerError", "CudaError", "KernRuntimeError", "KernelArtifactError",
-    "ManifestProblem", "Prepared", "Runtime", "WeightArtifactError", "from_bf16",
+    "HOST_DTYPES", "CallerError", "Copy", "CudaError", "KernRuntimeError", "KernelArtifactError",
+    "ManifestProblem", "Prepared", "Run", "Runtime", "WeightArtifactError", "from_bf16",
     "gpu_available", "gpu_memory", "prepare", "to_bf16",
 ]

@@ -45,6 +45,7 @@ from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, com
                          graph_key, shared_mem_max)
 from .prepare import Prepared, prepare
 from .readback import PendingRead
+from .sequence import SequenceRuns
 from .summary import GraphInfo, WeightsInfo, render_summary
 from .upload import CHUNK_BYTES, upload
 from .weights import upload_chunks
@@ -71,7 +72,7 @@ def _default_progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
-class Runtime:
+class Runtime(SequenceRuns):
     """One manifest loaded onto one device. Create with :meth:`load`; release with
     :meth:`close` (or use as a context manager)."""
 
@@ -316,6 +317,13 @@ class Runtime:
         """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
         into input or carry buffer ``dst`` (same dtype) from row ``dst_row`` (see
         :func:`.hostdata.row_offset`), ordered like :meth:`write`."""
+        d, s, n, where = self._copy_plan(dst, src, symbols, dst_row)
+        if n:
+            self._dev.d2d(d, s, n, self._stream, where=where)
+
+    def _copy_plan(self, dst: str, src: str, symbols: Mapping[str, int] | None,
+                   dst_row: int) -> tuple[int, int, int, str]:
+        """(destination address, source address, bytes, where) of a checked copy."""
         s, d = self._buffer(src), self._writable(dst, f"copy into `{dst}`: it")
         where = f"copy `{src}` into `{dst}`"
         if s.dtype != d.dtype:
@@ -325,9 +333,8 @@ class Runtime:
         off = row_offset(where, d, dst_row, self.vm.sym_max)
         if off + n > (room := self.plan.buffers[dst].nbytes):
             raise CallerError(f"{where}: {n} bytes at byte {off} do not fit its {room}")
-        if n:
-            a = self.addresses.buffers
-            self._dev.d2d(a[dst] + off, a[src], n, self._stream, where=where)
+        a = self.addresses.buffers
+        return a[dst] + off, a[src], n, where
 
     def synchronize(self) -> None:
         """Wait for all queued work (surfaces asynchronous kernel faults here)."""
@@ -424,16 +431,4 @@ class Runtime:
             self.close()
         except Exception:
             pass
-
-
-def gpu_memory(device: int = 0) -> tuple[int, int]:
-    """(free, total) bytes of GPU ``device`` now; raises :class:`CudaError` without one."""
-    from .cuda.driver import memory
-    return memory(device)
-
-
-def gpu_available() -> tuple[bool, str]:
-    """(usable, reason): whether a CUDA device and driver are present. Never raises."""
-    from .cuda.driver import probe
-    return probe()
 

@@ -53,11 +53,12 @@ from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE,
                                     DRAFT_PRECOMPUTE_PREFILL, DRAFT_TOKENS,
                                     NEXT_TOKEN, PREDICTIONS, PREFILL, TOKEN_IDS, VERIFY,
                                     VERIFY_MAX)
-from ..chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
+from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from ..errors import KernRunError
 from ..generate import ONE, RuntimeLike
 from ..inputs import Inputs, table_pages_of
 from .accept import accept_prefix
+from .dspark_capture import capture_dspark
 from .dspark_stats import DSparkStats
 from .emission import Emission
 from .dspark_timing import RoundTimer
@@ -99,7 +100,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     verify_max: int = VERIFY_MAX, gpu_timer: Callable[[], object] | None = None,
                     clock: Callable[[], float] = time.perf_counter,
                     chain: bool = True, ahead: bool = True,
-                    pipeline: bool = False, prefill_precompute: bool = False) -> SpecResult:
+                    pipeline: bool = False, prefill_precompute: bool = False,
+                    round_graph: bool = True) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -113,7 +115,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     inputs copied on the device from verify's in-graph acceptance (:mod:`.dspark_pipeline`;
     the manifest must have it: ``DSparkInfo.accept_mask``); ``prefill_precompute``: the
     prompt's chunks run ``draft_precompute_prefill`` (the manifest has it), else
-    ``draft_precompute``."""
+    ``draft_precompute``; ``round_graph``: a pipelined round fed on the device is one CUDA
+    graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`; False: a graph per program)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -129,43 +132,20 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                         pipelined=pipeline)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     chunk_pc = DRAFT_PRECOMPUTE_PREFILL if prefill_precompute else DRAFT_PRECOMPUTE
+    from .dspark_pipeline import PipelinedLoop, fed_round
+    one = fed_round(draft.block, k) if pipeline and round_graph and k + 1 in widths else None
     if capture:
-        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc)
-    from .dspark_pipeline import PipelinedLoop
+        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc, one)
     loop = (PipelinedLoop if pipeline else _DSparkLoop)(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
                        eager=eager, capacity=capacity, on_token=on_token, clock=clock,
                        inputs=Inputs(max_tokens, vocab,
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
                        timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
-                       chain=chain, ahead=ahead, chunk_precompute=chunk_pc)
+                       chain=chain, ahead=ahead, chunk_precompute=chunk_pc,
+                       **({"fed": one} if pipeline else {}))
     loop.run(calls)
     return res
-
-
-def capture_dspark(rt: RuntimeLike, calls: Sequence[Call], block: int, widths: list[int],
-                   steps: int, chunk_precompute: str = DRAFT_PRECOMPUTE) -> float:
-    """Capture every graph the run may replay, before the clock: the prompt's full prefill
-    chunks and their precompute (program ``chunk_precompute``), ``decode_spec`` and its one-row precompute, plain ``decode``
-    (the finishing steps), and when rounds can happen (``widths``) ``draft`` (tokens = B),
-    each ``verify`` width and each precompute width 1 … max width. Returns the seconds."""
-    t0 = time.perf_counter()
-    keys = []
-    for program, tokens in graph_keys([c for c in calls if c.program == PREFILL]):
-        keys += [(program, tokens), (chunk_precompute, tokens)]
-    keys += [(DECODE_SPEC, 1), (DRAFT_PRECOMPUTE, 1)]
-    if steps > 1:
-        keys.append(("decode", 1))
-    if widths:
-        keys.append((DRAFT, block))
-        keys += [(VERIFY, w) for w in widths]
-        keys += [(DRAFT_PRECOMPUTE, w) for w in range(1, widths[-1] + 1)]
-    seen: set = set()
-    for key in keys:
-        if key not in seen:
-            seen.add(key)
-            rt.capture(key[0], {"tokens": key[1]})
-    return time.perf_counter() - t0
 
 
 class _DSparkLoop(Emission):

@@ -19,6 +19,12 @@ limit, then the plain tail). A round queued ahead of a stop (an EOS or the step 
 round r) is computed and dropped: it writes only KV slots past the emitted sequence, below
 the capacity; its reads are waited for before the loop returns.
 
+With graphs, a fed round (the copies, ``draft``, the copies, ``verify``, ``draft_precompute``)
+is ONE CUDA graph (:func:`fed_round`, ``Runtime.run_sequence``): one launch a round instead
+of three graph launches and six stream copies, and no graph boundary between its programs;
+the two reads follow it on the stream (the precompute writes neither ``draft_tokens`` nor
+``predictions``).
+
 The programs run on the same inputs as in the chained loop, so the tokens are the same bit
 for bit (the GPU test ``test_pipelined_rounds_equal_the_chained`` compares them). GPU timing
 events need the chained loop (:func:`~kern_run.spec.dspark.dspark_generate` picks it when a
@@ -30,10 +36,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kern_manifest.contract import (DRAFT, DRAFT_TOKENS, KV_LENS,
+from kern_manifest.contract import (DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS, KV_LENS,
                                     NEXT_DRAFT_KV_LENS, NEXT_POSITIONS, NEXT_TOKEN_IDS,
                                     NEXT_VERIFY_KV_LENS, POSITIONS, PREDICTIONS, SLOTS,
                                     TOKEN_IDS, VERIFY)
+from kern_runtime import Copy, Run
+
+from ..chunks import Call
 from .dspark import _DSparkLoop
 
 #: The draft's inputs from the acceptance outputs (slots = positions: one sequence).
@@ -41,6 +50,17 @@ FEED_DRAFT = ((TOKEN_IDS, NEXT_TOKEN_IDS), (POSITIONS, NEXT_POSITIONS), (SLOTS, 
               (KV_LENS, NEXT_DRAFT_KV_LENS))
 UNKNOWN = -1
 """``Call.pos0`` of a launch whose position the device chose, until the host learns it."""
+
+
+def fed_round(block: int, m: int) -> tuple[Copy | Run, ...]:
+    """A round of m drafts fed by the previous verify's acceptance outputs, as one sequence:
+    the draft's inputs copied, ``draft`` (B rows), its drafts into ``token_ids`` rows 1 … m
+    and verify's ``kv_lens``, ``verify`` (m + 1 rows), the precompute of all m + 1 rows."""
+    w = m + 1
+    return (*(Copy.of(dst, src) for dst, src in FEED_DRAFT), Run.of(DRAFT, {"tokens": block}),
+            Copy.of(TOKEN_IDS, DRAFT_TOKENS, {"tokens": m}, dst_row=1),
+            Copy.of(KV_LENS, NEXT_VERIFY_KV_LENS), Run.of(VERIFY, {"tokens": w}),
+            Run.of(DRAFT_PRECOMPUTE, {"tokens": w}))
 
 
 @dataclass
@@ -55,6 +75,10 @@ class Queued:
 
 
 class PipelinedLoop(_DSparkLoop):
+    def __init__(self, *args, fed: tuple[Copy | Run, ...] | None = None, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.fed = fed      # fed_round(B, k): the fed rounds' one graph (None: one per program)
+
     def rounds(self) -> None:
         self.inputs.table(self.rt, max(self.block, self.k + 1))
         cur: Queued | None = None
@@ -107,6 +131,13 @@ class PipelinedLoop(_DSparkLoop):
             drafts, preds, _ = self.queue_chained(p, m)
             return Queued(m, drafts, preds, range(at, len(self.res.calls)))
         rt, B, w = self.rt, self.block, m + 1
+        if self.fed is not None and self.graph and m == self.k:
+            rt.run_sequence(self.fed)
+            self.res.calls += [Call(DRAFT, UNKNOWN, B, True), Call(VERIFY, UNKNOWN, w, True),
+                               Call(DRAFT_PRECOMPUTE, UNKNOWN, w, True)]
+            drafts = rt.read_async(DRAFT_TOKENS, self.syms[B])
+            preds = rt.read_async(PREDICTIONS, self.syms[w])
+            return Queued(m, drafts, preds, range(at, len(self.res.calls)))
         for dst, src in FEED_DRAFT:
             rt.copy(dst, src)
         self.launch(DRAFT, UNKNOWN, B, self.graph)

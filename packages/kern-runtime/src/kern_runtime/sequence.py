@@ -1,0 +1,137 @@
+"""Several program runs and device copies queued as one unit: :meth:`Runtime.run_sequence`.
+
+A caller whose steps follow one another with no host decision in between (a DSpark round fed
+by its previous round's in-graph acceptance: copies, ``draft``, copies, ``verify``,
+``draft_precompute``) can hand the runtime the whole list. With ``graph=True`` the list is
+captured once into ONE CUDA graph (kernel, GEMM and memcpy nodes in list order) and replayed
+with one ``cuGraphLaunch``: one launch instead of one per program and copy, and no graph
+boundary between programs (a ``pdl`` step right behind another program's kernel keeps its
+programmatic edge). ``graph=False`` queues the same steps one by one; both compute the same
+bits as the individual :meth:`~Runtime.run` / :meth:`~Runtime.copy` calls.
+
+Contracts:
+- Ops are plain frozen values (hashable): the graph is keyed by the list of ops with their
+  checked symbol values.
+- Every op is checked (program, symbols, buffers, dtypes, room) before anything is queued or
+  captured; a refused list leaves the runtime as it was.
+- The cuBLASLt algorithms of every program are chosen before the capture begins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .launchplan import check_symbols, graph_key
+from .summary import GraphInfo
+
+
+def _frozen(symbols: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((symbols or {}).items()))
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run ``program`` at ``symbols`` (as :meth:`Runtime.run`)."""
+
+    program: str
+    symbols: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, program: str, symbols: Mapping[str, int] | None = None) -> "Run":
+        return cls(program, _frozen(symbols))
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Copy buffer ``src`` (its shape at ``symbols``) into input or carry ``dst`` from row
+    ``dst_row`` (as :meth:`Runtime.copy`)."""
+
+    dst: str
+    src: str
+    symbols: tuple[tuple[str, int], ...] | None = None
+    dst_row: int = 0
+
+    @classmethod
+    def of(cls, dst: str, src: str, symbols: Mapping[str, int] | None = None,
+           dst_row: int = 0) -> "Copy":
+        return cls(dst, src, None if symbols is None else _frozen(symbols), dst_row)
+
+
+Op = Run | Copy
+
+
+class _CopyStep:
+    """A planned device copy as a step (run: queued on the stream, or recorded as a memcpy
+    node while the stream captures)."""
+
+    def __init__(self, dev: Any, stream: Any, plan: tuple[int, int, int, str]) -> None:
+        self.dev, self.stream, self.plan = dev, stream, plan
+
+    def run(self) -> None:
+        dst, src, n, where = self.plan
+        if n:
+            self.dev.d2d(dst, src, n, self.stream, where=where)
+
+
+class SequenceRuns:
+    """:class:`~kern_runtime.Runtime`'s sequence methods (module docstring); they use the
+    runtime's program checks, prepared steps, copy plans and graph cache."""
+
+    def _sequence_plan(self, ops: Sequence[Op]) -> tuple[tuple, list, dict[str, int] | None]:
+        """(graph key, the checked ops, the last run's symbol values); raises on the first
+        refused op before anything is queued."""
+        if not ops:
+            from .errors import CallerError
+            raise CallerError("run_sequence: the sequence is empty")
+        keyed, plans, last = [], [], None
+        for op in ops:
+            if isinstance(op, Run):
+                self._program(op.program)
+                values = check_symbols(self.vm, dict(op.symbols), op.program)
+                keyed.append(("run",) + graph_key(op.program, values))
+                plans.append(("run", op.program, values))
+                last = values
+            else:
+                sym = None if op.symbols is None else dict(op.symbols)
+                plan = self._copy_plan(op.dst, op.src, sym, op.dst_row)
+                keyed.append(("copy", op.dst, op.src, plan[2], op.dst_row))
+                plans.append(("copy", plan))
+        return ("sequence", tuple(keyed)), plans, last
+
+    def _sequence_steps(self, plans: list) -> list:
+        """The steps of checked ops, in order (GEMM algorithms chosen here, never while a
+        stream captures)."""
+        steps: list = []
+        for p in plans:
+            if p[0] == "run":
+                steps += self._steps(p[1], p[2])
+            else:
+                steps.append(_CopyStep(self._dev, self._stream, p[1]))
+        return steps
+
+    def capture_sequence(self, ops: Sequence[Op]) -> Any:
+        """Capture (once) and return the one graph of ``ops`` without running it."""
+        key, plans, _ = self._sequence_plan(ops)
+        g = self._graphs.get(key)
+        if g is None:
+            steps = self._sequence_steps(plans)
+            names = "+".join(op.program if isinstance(op, Run) else "copy" for op in ops)
+            g = self._dev.capture(self._stream, steps, f"sequence {names}")
+            self._graphs[key] = g
+            self._graph_info.append(GraphInfo(f"[{names}]", {}, g.nodes, g.capture_s * 1000))
+        return g
+
+    def run_sequence(self, ops: Sequence[Op], *, graph: bool = True) -> None:
+        """Queue ``ops`` in order: with ``graph`` as one CUDA graph (captured on first use),
+        else step by step. Does not wait for the GPU."""
+        key, plans, last = self._sequence_plan(ops)
+        if graph:
+            g = self._graphs.get(key) or self.capture_sequence(ops)
+            g.launch(self._stream, where="sequence")
+        else:
+            for s in self._sequence_steps(plans):
+                s.run()
+        if last is not None:
+            self._last_values = last

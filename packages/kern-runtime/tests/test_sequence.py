@@ -1,0 +1,83 @@
+"""``Runtime.run_sequence`` on the null device: one graph of several runs and copies, in list
+order, keyed by the ops; eager runs the same steps; every op is checked before anything is
+queued."""
+
+from __future__ import annotations
+
+import pytest
+
+from kern_runtime import CallerError, Copy, Run
+from test_readback import toy_runtime
+
+#: The toy's `step` program: `norm` (x → h), then `energy` (h, cache → y); a copy h → x.
+OPS = (Copy.of("x", "h", {"tokens": 2}), Run.of("step", {"tokens": 2}),
+       Copy.of("x", "h", {"tokens": 1}, dst_row=3), Run.of("step", {"tokens": 4}))
+
+
+#: A run of `step` launches three kernel steps (`energy` is partial + reduce).
+STEPS = ["d2d", "toy_rms_norm", "toy_partial", "toy_reduce"] * 2
+
+
+def _launch_names(calls):
+    """d2d, or the launched kernel's symbol."""
+    return [c[1].split("`")[-2] if c[0] == "launch" else c[0] for c in calls]
+
+
+def test_one_graph_holds_the_runs_and_copies_in_order(tmp_path):
+    rt, dev = toy_runtime(tmp_path)
+    x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
+    n = len(dev.calls)
+    rt.run_sequence(OPS)
+    captures = dev.ops("capture")
+    assert len(captures) == 1 and captures[0][1] == "sequence copy+step+copy+step"
+    (graph,) = rt._graphs.values()
+    assert _launch_names(graph.steps) == STEPS
+    assert graph.steps[0] == ("d2d", x, h, 512, "copy `h` into `x`")
+    assert graph.steps[4] == ("d2d", x + 3 * 256, h, 256, "copy `h` into `x`")
+    assert [c[0] for c in dev.calls[n:] if c[0] in ("graph", "d2d", "launch")] == ["graph"]
+    rt.run_sequence(OPS)                                   # replayed, not captured again
+    assert len(dev.ops("capture")) == 1 and len(dev.ops("graph")) == 2
+    assert rt.graphs[-1].program == "[copy+step+copy+step]"
+    rt.run_sequence(OPS[:2])                               # another list: another graph
+    assert len(dev.ops("capture")) == 2
+    rt.close()
+
+
+def test_eager_queues_the_same_steps_and_moves_the_data(tmp_path):
+    rt, dev = toy_runtime(tmp_path)
+    x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
+    dev.view(h, 512)[:] = 0xCD
+    n = len(dev.calls)
+    rt.run_sequence(OPS, graph=False)
+    got = [c for c in dev.calls[n:] if c[0] in ("d2d", "launch")]
+    assert _launch_names(got) == STEPS
+    assert (dev.view(x, 512) == 0xCD).all() and (dev.view(x + 768, 256) == 0xCD).all()
+    assert dev.ops("capture") == []
+    # the same steps as the individual calls, in the same order
+    m = len(dev.calls)
+    rt.copy("x", "h", {"tokens": 2})
+    rt.run("step", {"tokens": 2}, graph=False)
+    rt.copy("x", "h", {"tokens": 1}, dst_row=3)
+    rt.run("step", {"tokens": 4}, graph=False)
+    assert [c for c in dev.calls[m:] if c[0] in ("d2d", "launch")] == got
+    rt.close()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ((), "the sequence is empty"),
+    ((Run.of("step", {"tokens": 1}), Run.of("nope", {"tokens": 1})), "unknown program `nope`"),
+    ((Run.of("step", {"tokens": 1}), Run.of("step", {"tokens": 0})), "tokens"),
+    ((Run.of("step", {"tokens": 1}), Copy.of("y", "x")), "copy into `y`: it is an output"),
+    ((Run.of("step", {"tokens": 1}), Copy.of("x", "y")), "the dtypes differ"),
+    ((Run.of("step", {"tokens": 1}), Copy.of("x", "h", {"tokens": 2}, dst_row=255)),
+     "do not fit its 65536"),
+])
+@pytest.mark.parametrize("graph", [True, False])
+def test_a_refused_op_queues_nothing(tmp_path, bad, match, graph):
+    rt, dev = toy_runtime(tmp_path)
+    n = len(dev.calls)
+    with pytest.raises(CallerError, match=match):
+        rt.run_sequence(bad, graph=graph)
+    assert [c for c in dev.calls[n:] if c[0] in ("d2d", "launch", "graph", "capture")] == []
+    rt.run_sequence(OPS, graph=graph)                      # still usable
+    rt.close()
