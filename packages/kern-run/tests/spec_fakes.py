@@ -160,14 +160,15 @@ class KVModelRuntime:
     def synchronize(self) -> None:
         self.events.append(("sync",))
 
-    def capture_sequence(self, ops) -> None:
-        self.captured_sequences.add(tuple(ops))   # idempotent, as Runtime.capture_sequence
+    def capture_sequence(self, ops, *, copy_kernel: bool = True) -> None:
+        # idempotent, as Runtime.capture_sequence (keyed by the ops and the copies' kind)
+        self.captured_sequences.add((tuple(ops), copy_kernel))
         self.events.append(("capture_sequence", len(ops)))
 
-    def run_sequence(self, ops, *, graph: bool = True) -> None:
+    def run_sequence(self, ops, *, graph: bool = True, copy_kernel: bool = True) -> None:
         """``Runtime.run_sequence``: the ops in order, as the individual calls would run them;
         with ``graph`` its one graph must have been captured before."""
-        if graph and tuple(ops) not in self.captured_sequences:
+        if graph and (tuple(ops), copy_kernel) not in self.captured_sequences:
             self.uncaptured.append(("sequence", len(ops)))
         self.events.append(("sequence", len(ops)))
         run_ops(self, ops, graph)

@@ -198,16 +198,19 @@ def test_pipelined_rounds_equal_the_chained(plan):
 
 @pytest.mark.parametrize("plan", PLANS[:3])
 def test_a_fed_round_is_one_graph_captured_before_the_clock(plan):
-    """With graphs (the default ``round_graph``) every round queued ahead is one sequence:
+    """With graphs (``round_graph`` "kernel", the default) every round queued ahead is one sequence:
     the feed copies, draft, copies, verify and the precompute of all its rows, captured with
-    the run's other graphs; the reads follow it. ``round_graph=False``: the same runs, a
-    graph each, the same tokens."""
+    the run's other graphs; the reads follow it. ``round_graph="off"``: the same runs, a
+    graph each, the same tokens; ``"memcpy"``: the same with the copies as memcpy nodes."""
     prompt = list(range(10, 20))
     res, rt = pipelined(prompt, plan, steps=60, chunk=4)
-    off, rt_off = pipelined(prompt, plan, steps=60, chunk=4, round_graph=False)
+    off, rt_off = pipelined(prompt, plan, steps=60, chunk=4, round_graph="off")
+    mem, rt_mem = pipelined(prompt, plan, steps=60, chunk=4, round_graph="memcpy")
     same(res, off)
-    assert seq(rt) == seq(rt_off) and res.spec.round_log == off.spec.round_log
-    assert rt.uncaptured == [] and len(rt.captured_sequences) == 1
+    same(res, mem)
+    assert seq(rt) == seq(rt_off) == seq(rt_mem) and res.spec.round_log == off.spec.round_log
+    assert rt.uncaptured == [] and [k for _, k in rt.captured_sequences] == [True]
+    assert rt_mem.uncaptured == [] and [k for _, k in rt_mem.captured_sequences] == [False]
     ev = rt.events
     clock = next(i for i, e in enumerate(ev) if e[0] == "run")
     assert [i for i, e in enumerate(ev) if e[0] == "capture_sequence"][-1] < clock
@@ -467,3 +470,8 @@ def test_host_time_per_round_is_small():
         best = per if best is None else min(best, per)
     print(f"DSpark round on a null runtime: {best:.0f} µs (host {1e6 * s.host_s / s.rounds:.0f})")
     assert best < 2000, f"{best:.0f} µs of host work per round"
+
+
+def test_an_unknown_round_graph_is_refused():
+    with pytest.raises(KernRunError, match="round_graph 'on': use one of kernel, memcpy, off"):
+        pipelined(list(range(10, 20)), None, steps=20, chunk=4, round_graph="on")

@@ -166,6 +166,10 @@ class NullDevice:
         self.view(dst, nbytes)[:] = self.view(src, nbytes).copy()
         self._log("d2d", dst, src, nbytes, where)
 
+    def copies(self, segments, stream: "NullStream", where: str) -> "NullCopies":
+        self._log("bind copies", tuple(segments), where)
+        return NullCopies(self, tuple(segments), where)
+
     def release(self) -> None:
         assert not self.released, "released twice"
         self.released = True
@@ -276,6 +280,21 @@ class NullStep:
             self.dev._recorded.append(self.call)
         else:
             self.dev._log(*self.call)
+
+
+class NullCopies:
+    """A copy-kernel launch: recorded while capturing, else the copies made and logged."""
+
+    def __init__(self, dev: NullDevice, segments: tuple, where: str) -> None:
+        self.dev, self.segments, self.where = dev, segments, where
+
+    def run(self) -> None:
+        if self.dev.capturing:
+            self.dev._recorded.append(("copies", self.segments, self.where))
+            return
+        for dst, src, n in self.segments:
+            self.dev.view(dst, n)[:] = self.dev.view(src, n).copy()
+        self.dev._log("copies", self.segments, self.where)
 
 
 class NullGemm:

@@ -266,10 +266,12 @@ def test_copy_and_read_async_feed_outputs_back_on_the_device(art):
         lost.wait()
 
 
+@pytest.mark.parametrize("copy_kernel", [True, False])
 @pytest.mark.parametrize("graph", [True, False])
-def test_a_sequence_of_runs_and_copies_equals_the_calls_one_by_one(art, graph):
+def test_a_sequence_of_runs_and_copies_equals_the_calls_one_by_one(art, graph, copy_kernel):
     """``run_sequence``: copy, run, copy, run as one graph (or step by step) computes what
-    the four calls compute, and replays (x ← sval twice a sequence: 4x a replay)."""
+    the four calls compute, and replays (x ← sval twice a sequence: 4x a replay); the copies
+    by the runtime's copy kernel or as memcpys."""
     from kern_runtime import Copy, Run
     ops = (Copy.of("x", "sval"), Run.of("main", {"tokens": 5}),
            Copy.of("x", "sval"), Run.of("main", {"tokens": 5}))
@@ -278,6 +280,32 @@ def test_a_sequence_of_runs_and_copies_equals_the_calls_one_by_one(art, graph):
         r.write("x", x)
         r.run("main", {"tokens": 5})           # sval = 2x
         for rep in range(3):
-            r.run_sequence(ops, graph=graph)
+            r.run_sequence(ops, graph=graph, copy_kernel=copy_kernel)
             np.testing.assert_array_equal(r.read("sval"), np.float32(2 ** (3 + 2 * rep)) * x)
         assert any(g.program == "[copy+main+copy+main]" for g in r.graphs) == graph
+
+
+def test_the_copy_kernel_copies_odd_and_aligned_segments(art):
+    """``Device.copies`` directly, inside buffer x: the word path (4-aligned), the byte path
+    (odd address and length) and a third segment, in one launch."""
+    from kern_runtime.cuda.memory import PinnedBuffer
+    with load(art) as r:
+        dev, st = r._dev, r._stream
+        base, n = r.address("x"), r.plan.buffers["x"].nbytes
+        assert n >= 512
+        host = PinnedBuffer(512)
+        try:
+            src = (np.arange(512) * 7 % 251).astype(np.uint8)
+            host.array[:] = src
+            dev.h2d(base, host.addr, 512, st)
+            segs = [(base + 256, base, 64), (base + 401, base + 5, 33), (base + 480, base + 100, 8)]
+            dev.copies(segs, st, "test").run()
+            host.array[:] = 0
+            dev.d2h(host.addr, base, 512, st)
+            st.synchronize()
+            want = src.copy()
+            for d, a, m in segs:
+                want[d - base:d - base + m] = src[a - base:a - base + m]
+            np.testing.assert_array_equal(host.array, want)
+        finally:
+            host.free()

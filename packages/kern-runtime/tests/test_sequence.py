@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kern_runtime import CallerError, Copy, Run
+from kern_runtime.sequence import MAX_GROUP, copy_groups
 from test_readback import toy_runtime
 
 #: The toy's `step` program: `norm` (x → h), then `energy` (h, cache → y); a copy h → x.
@@ -19,15 +20,20 @@ STEPS = ["d2d", "toy_rms_norm", "toy_partial", "toy_reduce"] * 2
 
 
 def _launch_names(calls):
-    """d2d, or the launched kernel's symbol."""
+    """d2d / copies, or the launched kernel's symbol."""
     return [c[1].split("`")[-2] if c[0] == "launch" else c[0] for c in calls]
+
+
+def _kernel_copies(steps):
+    """With the copy kernel: each lone copy is a one-segment ``copies`` launch."""
+    return ["copies" if s == "d2d" else s for s in steps]
 
 
 def test_one_graph_holds_the_runs_and_copies_in_order(tmp_path):
     rt, dev = toy_runtime(tmp_path)
     x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
     n = len(dev.calls)
-    rt.run_sequence(OPS)
+    rt.run_sequence(OPS, copy_kernel=False)
     captures = dev.ops("capture")
     assert len(captures) == 1 and captures[0][1] == "sequence copy+step+copy+step"
     (graph,) = rt._graphs.values()
@@ -35,23 +41,32 @@ def test_one_graph_holds_the_runs_and_copies_in_order(tmp_path):
     assert graph.steps[0] == ("d2d", x, h, 512, "copy `h` into `x`")
     assert graph.steps[4] == ("d2d", x + 3 * 256, h, 256, "copy `h` into `x`")
     assert [c[0] for c in dev.calls[n:] if c[0] in ("graph", "d2d", "launch")] == ["graph"]
-    rt.run_sequence(OPS)                                   # replayed, not captured again
+    rt.run_sequence(OPS, copy_kernel=False)                # replayed, not captured again
     assert len(dev.ops("capture")) == 1 and len(dev.ops("graph")) == 2
     assert rt.graphs[-1].program == "[copy+step+copy+step]"
-    rt.run_sequence(OPS[:2])                               # another list: another graph
+    rt.run_sequence(OPS[:2], copy_kernel=False)            # another list: another graph
     assert len(dev.ops("capture")) == 2
+    rt.run_sequence(OPS)                                   # the copy kernel: another graph
+    assert len(dev.ops("capture")) == 3
+    steps = list(rt._graphs.values())[-1].steps
+    assert _launch_names(steps) == _kernel_copies(STEPS)
+    assert steps[0] == ("copies", ((x, h, 512),), "copy `h` into `x`")
     rt.close()
 
 
-def test_eager_queues_the_same_steps_and_moves_the_data(tmp_path):
+@pytest.mark.parametrize("copy_kernel", [False, True])
+def test_eager_queues_the_same_steps_and_moves_the_data(tmp_path, copy_kernel):
     rt, dev = toy_runtime(tmp_path)
     x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
     dev.view(h, 512)[:] = 0xCD
     n = len(dev.calls)
-    rt.run_sequence(OPS, graph=False)
-    got = [c for c in dev.calls[n:] if c[0] in ("d2d", "launch")]
-    assert _launch_names(got) == STEPS
+    rt.run_sequence(OPS, graph=False, copy_kernel=copy_kernel)
+    got = [c for c in dev.calls[n:] if c[0] in ("d2d", "launch", "copies")]
+    assert _launch_names(got) == (_kernel_copies(STEPS) if copy_kernel else STEPS)
     assert (dev.view(x, 512) == 0xCD).all() and (dev.view(x + 768, 256) == 0xCD).all()
+    if copy_kernel:
+        rt.close()
+        return
     assert dev.ops("capture") == []
     # the same steps as the individual calls, in the same order
     m = len(dev.calls)
@@ -81,3 +96,33 @@ def test_a_refused_op_queues_nothing(tmp_path, bad, match, graph):
     assert [c for c in dev.calls[n:] if c[0] in ("d2d", "launch", "graph", "capture")] == []
     rt.run_sequence(OPS, graph=graph)                      # still usable
     rt.close()
+
+
+def test_consecutive_copies_share_one_launch_unless_they_overlap(tmp_path):
+    """Two copies into disjoint rows of x from h: one launch; a third whose source is a
+    destination of the group (x into h) starts a new launch."""
+    rt, dev = toy_runtime(tmp_path)
+    x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
+    dev.view(h, 1024)[:] = 7
+    ops = (Copy.of("x", "h", {"tokens": 1}), Copy.of("x", "h", {"tokens": 1}, dst_row=2),
+           Run.of("step", {"tokens": 3}))
+    rt.run_sequence(ops)
+    steps = list(rt._graphs.values())[-1].steps
+    assert steps[0] == ("copies", ((x, h, 256), (x + 512, h, 256)),
+                        "copy `h` into `x`; copy `h` into `x`")
+    rt.run_sequence(ops, graph=False)
+    assert (dev.view(x, 256) == 7).all() and (dev.view(x + 512, 256) == 7).all()
+    rt.close()
+
+
+def test_copy_groups_split_on_overlap_size_and_runs():
+    c = lambda d, s, n: ("copy", (d, s, n, "w"))     # noqa: E731
+    run = ("run", "p", {})
+    plans = [c(0, 100, 8), c(8, 100, 8), c(200, 0, 8), run, c(300, 400, 0), c(16, 116, 4)]
+    got = copy_groups(plans)
+    assert [g[0] for g in got] == ["copies", "copies", "run", "copy", "copies"]
+    assert [len(g[1]) for g in got if g[0] == "copies"] == [2, 1, 1]
+    many = copy_groups([c(16 * i, 1000 + 16 * i, 16) for i in range(MAX_GROUP + 1)])
+    assert [len(g[1]) for g in many] == [MAX_GROUP, 1]
+    # a destination overlapping an earlier destination also splits (order would matter)
+    assert [len(g[1]) for g in copy_groups([c(0, 100, 8), c(4, 200, 8)])] == [1, 1]

@@ -155,6 +155,12 @@ class Device(Protocol):
     def d2d(self, dst: int, src: int, nbytes: int, stream: Stream,
             where: str | None = None) -> None: ...
 
+    def copies(self, segments: Sequence[tuple[int, int, int]], stream: Stream,
+               where: str) -> Step:
+        """One launch copying every (dst, src, nbytes) segment (at most 8; no destination
+        overlaps another segment's source or destination), waiting on the grid dependency
+        like a ``pdl`` step (CUDA: kern-runtime's own ``kern_rt_copies``)."""
+
     def release(self) -> None:
         """Give the device back (CUDA: release the primary context). Called last."""
 

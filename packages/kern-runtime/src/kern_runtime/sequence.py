@@ -15,6 +15,10 @@ Contracts:
 - Every op is checked (program, symbols, buffers, dtypes, room) before anything is queued or
   captured; a refused list leaves the runtime as it was.
 - The cuBLASLt algorithms of every program are chosen before the capture begins.
+- ``copy_kernel`` (the default): each run of consecutive copies whose destinations overlap
+  no other copy of the run is ONE launch of the runtime's own copy kernel (``cuda/copies.cu``:
+  a memcpy node per copy costs more and breaks the programmatic chain of the kernels around
+  it); False: a memcpy (node) per copy.
 """
 
 from __future__ import annotations
@@ -62,6 +66,35 @@ class Copy:
 Op = Run | Copy
 
 
+#: Copies one launch of the copy kernel takes (``cuda/copies.cu``).
+MAX_GROUP = 8
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def copy_groups(plans: list) -> list:
+    """``plans`` with each run of consecutive non-empty copies split into groups that one
+    launch may take: at most :data:`MAX_GROUP`, and no copy's destination overlapping
+    another's source or destination in the group (order inside a launch is unspecified).
+    A group is ``("copies", [plan, ...])``; runs are kept as they are."""
+    out: list = []
+    for p in plans:
+        if p[0] != "copy" or not p[1][2]:
+            out.append(p)
+            continue
+        dst, src, n, _ = p[1]
+        last = out[-1] if out and out[-1][0] == "copies" else None
+        if last is not None and len(last[1]) < MAX_GROUP and not any(
+                _overlap((dst, n), (d, m)) or _overlap((dst, n), (s_, m))
+                or _overlap((d, m), (src, n)) for d, s_, m, _ in last[1]):
+            last[1].append(p[1])
+        else:
+            out.append(("copies", [p[1]]))
+    return out
+
+
 class _CopyStep:
     """A planned device copy as a step (run: queued on the stream, or recorded as a memcpy
     node while the stream captures)."""
@@ -79,7 +112,8 @@ class SequenceRuns:
     """:class:`~kern_runtime.Runtime`'s sequence methods (module docstring); they use the
     runtime's program checks, prepared steps, copy plans and graph cache."""
 
-    def _sequence_plan(self, ops: Sequence[Op]) -> tuple[tuple, list, dict[str, int] | None]:
+    def _sequence_plan(self, ops: Sequence[Op], copy_kernel: bool
+                       ) -> tuple[tuple, list, dict[str, int] | None]:
         """(graph key, the checked ops, the last run's symbol values); raises on the first
         refused op before anything is queued."""
         if not ops:
@@ -98,40 +132,45 @@ class SequenceRuns:
                 plan = self._copy_plan(op.dst, op.src, sym, op.dst_row)
                 keyed.append(("copy", op.dst, op.src, plan[2], op.dst_row))
                 plans.append(("copy", plan))
-        return ("sequence", tuple(keyed)), plans, last
+        return ("sequence", copy_kernel, tuple(keyed)), plans, last
 
-    def _sequence_steps(self, plans: list) -> list:
+    def _sequence_steps(self, plans: list, copy_kernel: bool) -> list:
         """The steps of checked ops, in order (GEMM algorithms chosen here, never while a
-        stream captures)."""
+        stream captures); with ``copy_kernel`` a launch per group of copies."""
         steps: list = []
-        for p in plans:
+        for p in (copy_groups(plans) if copy_kernel else plans):
             if p[0] == "run":
                 steps += self._steps(p[1], p[2])
+            elif p[0] == "copies":
+                segs = [(d, s, n) for d, s, n, _ in p[1]]
+                where = "; ".join(w for *_, w in p[1])
+                steps.append(self._dev.copies(segs, self._stream, where))
             else:
                 steps.append(_CopyStep(self._dev, self._stream, p[1]))
         return steps
 
-    def capture_sequence(self, ops: Sequence[Op]) -> Any:
+    def capture_sequence(self, ops: Sequence[Op], *, copy_kernel: bool = True) -> Any:
         """Capture (once) and return the one graph of ``ops`` without running it."""
-        key, plans, _ = self._sequence_plan(ops)
+        key, plans, _ = self._sequence_plan(ops, copy_kernel)
         g = self._graphs.get(key)
         if g is None:
-            steps = self._sequence_steps(plans)
+            steps = self._sequence_steps(plans, copy_kernel)
             names = "+".join(op.program if isinstance(op, Run) else "copy" for op in ops)
             g = self._dev.capture(self._stream, steps, f"sequence {names}")
             self._graphs[key] = g
             self._graph_info.append(GraphInfo(f"[{names}]", {}, g.nodes, g.capture_s * 1000))
         return g
 
-    def run_sequence(self, ops: Sequence[Op], *, graph: bool = True) -> None:
+    def run_sequence(self, ops: Sequence[Op], *, graph: bool = True,
+                     copy_kernel: bool = True) -> None:
         """Queue ``ops`` in order: with ``graph`` as one CUDA graph (captured on first use),
-        else step by step. Does not wait for the GPU."""
-        key, plans, last = self._sequence_plan(ops)
+        else step by step; ``copy_kernel``: module docstring. Does not wait for the GPU."""
+        key, plans, last = self._sequence_plan(ops, copy_kernel)
         if graph:
-            g = self._graphs.get(key) or self.capture_sequence(ops)
+            g = self._graphs.get(key) or self.capture_sequence(ops, copy_kernel=copy_kernel)
             g.launch(self._stream, where="sequence")
         else:
-            for s in self._sequence_steps(plans):
+            for s in self._sequence_steps(plans, copy_kernel):
                 s.run()
         if last is not None:
             self._last_values = last

@@ -101,7 +101,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     clock: Callable[[], float] = time.perf_counter,
                     chain: bool = True, ahead: bool = True,
                     pipeline: bool = False, prefill_precompute: bool = False,
-                    round_graph: bool = True) -> SpecResult:
+                    round_graph: str = "kernel") -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -116,7 +116,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     the manifest must have it: ``DSparkInfo.accept_mask``); ``prefill_precompute``: the
     prompt's chunks run ``draft_precompute_prefill`` (the manifest has it), else
     ``draft_precompute``; ``round_graph``: a pipelined round fed on the device is one CUDA
-    graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`; False: a graph per program)."""
+    graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`), its copies in the runtime's copy
+    kernel (``"kernel"``) or memcpy nodes (``"memcpy"``); ``"off"``: a graph per program."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -133,7 +134,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
     chunk_pc = DRAFT_PRECOMPUTE_PREFILL if prefill_precompute else DRAFT_PRECOMPUTE
     from .dspark_pipeline import PipelinedLoop, fed_round
-    one = fed_round(draft.block, k) if pipeline and round_graph and k + 1 in widths else None
+    one = fed_round(draft.block, k, round_graph)      # refuses an unknown value
+    one = one if pipeline and k + 1 in widths else None
     if capture:
         res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc, one)
     loop = (PipelinedLoop if pipeline else _DSparkLoop)(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kern_manifest.contract import DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE, PREFILL, VERIFY
 
 from ..chunks import Call, graph_keys
 from ..generate import RuntimeLike
 
+if TYPE_CHECKING:
+    from .dspark_pipeline import FedRound
+
 
 def capture_dspark(rt: RuntimeLike, calls: Sequence[Call], block: int, widths: list[int],
                    steps: int, chunk_precompute: str = DRAFT_PRECOMPUTE,
-                   fed: tuple | None = None) -> float:
+                   fed: "FedRound | None" = None) -> float:
     """Capture every graph the run may replay, before the clock: the prompt's full prefill
     chunks and their precompute (program ``chunk_precompute``), ``decode_spec`` and its one-row precompute, plain ``decode``
     (the finishing steps), and when rounds can happen (``widths``) ``draft`` (tokens = B),
@@ -37,5 +41,5 @@ def capture_dspark(rt: RuntimeLike, calls: Sequence[Call], block: int, widths: l
             seen.add(key)
             rt.capture(key[0], {"tokens": key[1]})
     if fed is not None:
-        rt.capture_sequence(fed)
+        rt.capture_sequence(fed.ops, copy_kernel=fed.copy_kernel)
     return time.perf_counter() - t0

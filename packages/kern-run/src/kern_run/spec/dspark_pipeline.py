@@ -43,6 +43,7 @@ from kern_manifest.contract import (DRAFT, DRAFT_PRECOMPUTE, DRAFT_TOKENS, KV_LE
 from kern_runtime import Copy, Run
 
 from ..chunks import Call
+from ..errors import KernRunError
 from .dspark import _DSparkLoop
 
 #: The draft's inputs from the acceptance outputs (slots = positions: one sequence).
@@ -52,15 +53,34 @@ UNKNOWN = -1
 """``Call.pos0`` of a launch whose position the device chose, until the host learns it."""
 
 
-def fed_round(block: int, m: int) -> tuple[Copy | Run, ...]:
+#: ``dspark_generate``'s ``round_graph`` values: one graph a fed round with its copies in the
+#: runtime's copy kernel / in memcpy nodes; or a graph per program.
+ROUND_GRAPHS = ("kernel", "memcpy", "off")
+
+
+@dataclass(frozen=True)
+class FedRound:
+    """The one graph of a fed round: its ops and how its copies run."""
+
+    ops: tuple[Copy | Run, ...]
+    copy_kernel: bool
+
+
+def fed_round(block: int, m: int, how: str = "kernel") -> FedRound | None:
     """A round of m drafts fed by the previous verify's acceptance outputs, as one sequence:
     the draft's inputs copied, ``draft`` (B rows), its drafts into ``token_ids`` rows 1 … m
-    and verify's ``kv_lens``, ``verify`` (m + 1 rows), the precompute of all m + 1 rows."""
+    and verify's ``kv_lens``, ``verify`` (m + 1 rows), the precompute of all m + 1 rows.
+    ``how``: one of :data:`ROUND_GRAPHS` (``"off"``: None)."""
+    if how not in ROUND_GRAPHS:
+        raise KernRunError(f"round_graph {how!r}: use one of {', '.join(ROUND_GRAPHS)}")
+    if how == "off":
+        return None
     w = m + 1
-    return (*(Copy.of(dst, src) for dst, src in FEED_DRAFT), Run.of(DRAFT, {"tokens": block}),
-            Copy.of(TOKEN_IDS, DRAFT_TOKENS, {"tokens": m}, dst_row=1),
-            Copy.of(KV_LENS, NEXT_VERIFY_KV_LENS), Run.of(VERIFY, {"tokens": w}),
-            Run.of(DRAFT_PRECOMPUTE, {"tokens": w}))
+    ops = (*(Copy.of(dst, src) for dst, src in FEED_DRAFT), Run.of(DRAFT, {"tokens": block}),
+           Copy.of(TOKEN_IDS, DRAFT_TOKENS, {"tokens": m}, dst_row=1),
+           Copy.of(KV_LENS, NEXT_VERIFY_KV_LENS), Run.of(VERIFY, {"tokens": w}),
+           Run.of(DRAFT_PRECOMPUTE, {"tokens": w}))
+    return FedRound(ops, how == "kernel")
 
 
 @dataclass
@@ -75,9 +95,9 @@ class Queued:
 
 
 class PipelinedLoop(_DSparkLoop):
-    def __init__(self, *args, fed: tuple[Copy | Run, ...] | None = None, **kw) -> None:
+    def __init__(self, *args, fed: FedRound | None = None, **kw) -> None:
         super().__init__(*args, **kw)
-        self.fed = fed      # fed_round(B, k): the fed rounds' one graph (None: one per program)
+        self.fed = fed      # fed_round(B, k, …): the fed rounds' one graph (None: one per program)
 
     def rounds(self) -> None:
         self.inputs.table(self.rt, max(self.block, self.k + 1))
@@ -132,7 +152,7 @@ class PipelinedLoop(_DSparkLoop):
             return Queued(m, drafts, preds, range(at, len(self.res.calls)))
         rt, B, w = self.rt, self.block, m + 1
         if self.fed is not None and self.graph and m == self.k:
-            rt.run_sequence(self.fed)
+            rt.run_sequence(self.fed.ops, copy_kernel=self.fed.copy_kernel)
             self.res.calls += [Call(DRAFT, UNKNOWN, B, True), Call(VERIFY, UNKNOWN, w, True),
                                Call(DRAFT_PRECOMPUTE, UNKNOWN, w, True)]
             drafts = rt.read_async(DRAFT_TOKENS, self.syms[B])

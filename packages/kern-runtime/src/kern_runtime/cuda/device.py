@@ -25,6 +25,7 @@ class CudaDevice:
     def __init__(self, ordinal: int) -> None:
         self._ctx = Context(ordinal)
         self.max_shared_optin = self._ctx.max_shared_optin
+        self._copy_kernel = None      # copies.CopyKernel, loaded on the first copies()
 
     def describe(self) -> str:
         return self._ctx.describe()
@@ -59,5 +60,13 @@ class CudaDevice:
     d2h = staticmethod(memory.d2h)
     d2d = staticmethod(memory.d2d)
 
+    def copies(self, segments: Sequence[tuple[int, int, int]], stream: memory.Stream,
+               where: str) -> Any:
+        from .copies import copies_step
+        return copies_step(self, segments, stream.id, where)
+
     def release(self) -> None:
+        if self._copy_kernel is not None:
+            k, self._copy_kernel = self._copy_kernel, None
+            k.unload()
         self._ctx.release()
