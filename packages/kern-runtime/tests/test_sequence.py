@@ -126,3 +126,12 @@ def test_copy_groups_split_on_overlap_size_and_runs():
     assert [len(g[1]) for g in many] == [MAX_GROUP, 1]
     # a destination overlapping an earlier destination also splits (order would matter)
     assert [len(g[1]) for g in copy_groups([c(0, 100, 8), c(4, 200, 8)])] == [1, 1]
+
+
+def test_a_closed_runtime_refuses_a_sequence_it_replayed_before(tmp_path):
+    rt, dev = toy_runtime(tmp_path)
+    rt.run_sequence(OPS)
+    rt.close()
+    for graph in (True, False):
+        with pytest.raises(CallerError, match="this runtime was closed"):
+            rt.run_sequence(OPS, graph=graph)

@@ -165,12 +165,24 @@ class SequenceRuns:
                      copy_kernel: bool = True) -> None:
         """Queue ``ops`` in order: with ``graph`` as one CUDA graph (captured on first use),
         else step by step; ``copy_kernel``: module docstring. Does not wait for the GPU."""
-        key, plans, last = self._sequence_plan(ops, copy_kernel)
         if graph:
-            g = self._graphs.get(key) or self.capture_sequence(ops, copy_kernel=copy_kernel)
+            g, last = self._sequence_graph(tuple(ops), copy_kernel)
             g.launch(self._stream, where="sequence")
         else:
+            _, plans, last = self._sequence_plan(ops, copy_kernel)
             for s in self._sequence_steps(plans, copy_kernel):
                 s.run()
         if last is not None:
             self._last_values = last
+
+    def _sequence_graph(self, ops: tuple, copy_kernel: bool) -> tuple[Any, dict | None]:
+        """(graph, last run's symbol values) of ``ops``; the ops are checked once, on their
+        first use: a replay is a dict lookup and one launch (a fed DSpark round per round)."""
+        self._check_open()
+        kept = self.__dict__.setdefault("_sequence_graphs", {})
+        hit = kept.get((ops, copy_kernel))
+        if hit is None:
+            key, _, last = self._sequence_plan(ops, copy_kernel)
+            g = self._graphs.get(key) or self.capture_sequence(ops, copy_kernel=copy_kernel)
+            hit = kept[(ops, copy_kernel)] = (g, last)
+        return hit
