@@ -71,10 +71,13 @@ def test_dspark_spec_aggregates_both_sets_and_renders(tok):
         assert n["bugs"] == [] and (n["tau"], n["rounds"]) == (e["tau"], e["rounds"])
         a = r["to_eos_after"]        # and with the precompute launched after the wait
         assert a["bugs"] == [] and (a["tau"], a["rounds"]) == (e["tau"], e["rounds"])
+        g = r["to_eos_graph_per_program"]   # pipelined, a graph per program
+        assert g["bugs"] == [] and (g["tau"], g["rounds"]) == (e["tau"], e["rounds"])
     rep = Report()
     dspark_rows(rep, {**out, "_block": 7})
-    assert [r.case for r in rep.rows].count("dspark open-chat") == 8
-    assert [r.case for r in rep.rows].count("dspark math-code") == 8
+    assert [r.case for r in rep.rows].count("dspark open-chat") == 9
+    assert [r.case for r in rep.rows].count("dspark math-code") == 9
+    assert any("DSpark pipelined, a graph per program vs plain" in r.what for r in rep.rows)
     assert any("DSpark chained, not pipelined vs plain" in r.what for r in rep.rows)
     assert any("DSpark unchained vs plain" in r.what for r in rep.rows)
     assert any("DSpark, precompute after the wait vs plain" in r.what for r in rep.rows)

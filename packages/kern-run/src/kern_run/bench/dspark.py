@@ -89,6 +89,8 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     prompts per set. No EOS stop, so every run has ``steps`` tokens; then the same prompts
     once more, both runs stopping at the first EOS as ``kern-run`` does for a user
     (``to_eos``: ms/token of both over what each generated, the speedup, τ), and that pass
+    again with pipelined rounds as a graph per program (``to_eos_graph_per_program``; the
+    default makes a fed round one graph), and
     again with the chained loop that queues no round ahead (``to_eos_chained``; the default
     pipelines rounds where the manifest has the in-graph acceptance), the unchained loop
     (the drafts read before verify is launched, ``to_eos_unchained``; the default loop
@@ -103,6 +105,7 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
     loop, timed = speculate(plan, rt), speculate(plan, rt, gpu_times=True)
     unchained, after = speculate(plan, rt, chain=False), speculate(plan, rt, ahead=False)
     chained = speculate(plan, rt, pipeline=False)
+    per_program = speculate(plan, rt, round_graph="off")
     sets = load_prompt_sets()
     ids = {name: [tok.encode(tok.chat_prompt(p.text)) for p in prompts[:limit]]
            for name, prompts in sets.items()}
@@ -117,7 +120,8 @@ def dspark_spec(rt, info, tok, plan, *, steps: int, capacity, limit: int | None 
             r.gpu = {k: s[k] for k in ("gpu_draft_ms_per_round", "gpu_verify_ms_per_round",
                                        "gpu_precompute_ms_per_round")}
         out[name] = r.as_dict()
-        for key, run in (("to_eos", loop), ("to_eos_chained", chained),
+        for key, run in (("to_eos", loop), ("to_eos_graph_per_program", per_program),
+                         ("to_eos_chained", chained),
                          ("to_eos_unchained", unchained), ("to_eos_after", after)):
             stop = SetResult(f"{name} to EOS")
             for p in prompts:
@@ -167,6 +171,7 @@ def dspark_rows(rep, sp: dict) -> None:
                 f"{f(r['spec_ms_per_token'], '.3f')} vs {f(r['plain_ms_per_token'], '.3f')}",
                 target="" if t is None else f"≥ {t}x", note=f"{f(sx, '.2f')}x{verdict}")
         for key, what in (("to_eos", "DSpark"),
+                          ("to_eos_graph_per_program", "DSpark pipelined, a graph per program"),
                           ("to_eos_chained", "DSpark chained, not pipelined"),
                           ("to_eos_unchained", "DSpark unchained"),
                           ("to_eos_after", "DSpark, precompute after the wait")):

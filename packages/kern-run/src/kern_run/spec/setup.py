@@ -80,18 +80,19 @@ def gpu_timer_for(rt: object) -> Callable[[], object] | None:
 
 def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
               chain: bool = True, ahead: bool = True,
-              pipeline: bool = True) -> Callable[..., SpecResult]:
+              pipeline: bool = True, round_graph: str = "kernel") -> Callable[..., SpecResult]:
     """The loop of ``plan`` taking :func:`~kern_run.generate.generate`'s arguments (for
     :func:`~kern_run.spec.check.spec_check`'s ``speculate`` or a direct call).
     ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round; the
     chained loop then); ``chain``: DSpark's verify queued behind its draft, ``ahead``: and
     the precompute of its rows behind verify (:mod:`.dspark`); ``pipeline``: and each round
     queued before the previous is read, where the manifest has the in-graph acceptance
-    (:mod:`.dspark_pipeline`)."""
+    (:mod:`.dspark_pipeline`), ``round_graph``: such a round as one graph (its copies in the
+    runtime's copy kernel or memcpy nodes) or ``"off"``."""
     if plan.drafter == "dspark":
         timer = gpu_timer_for(rt) if gpu_times and rt is not None else None
         return partial(dspark_generate, draft=plan.draft, k=plan.k,
                        verify_max=plan.verify_max, gpu_timer=timer, chain=chain,
-                       ahead=ahead, pipeline=pipeline and plan.accept,
+                       ahead=ahead, pipeline=pipeline and plan.accept, round_graph=round_graph,
                        prefill_precompute=plan.prefill_precompute)
     return partial(spec_generate, k=plan.k, ngram=plan.ngram, verify_max=plan.verify_max)
