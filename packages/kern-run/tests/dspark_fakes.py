@@ -340,8 +340,8 @@ class NullDSpark:
     def capture(self, program: str, symbols: dict[str, int]) -> None:
         pass
 
-    def capture_sequence(self, ops, *, copy_kernel: bool = True) -> None:
+    def capture_sequence(self, ops, *, copy_kernel: bool = False) -> None:
         pass
 
-    def run_sequence(self, ops, *, graph: bool = True, copy_kernel: bool = True) -> None:
+    def run_sequence(self, ops, *, graph: bool = True, copy_kernel: bool = False) -> None:
         run_ops(self, ops, graph)

@@ -160,12 +160,12 @@ class KVModelRuntime:
     def synchronize(self) -> None:
         self.events.append(("sync",))
 
-    def capture_sequence(self, ops, *, copy_kernel: bool = True) -> None:
+    def capture_sequence(self, ops, *, copy_kernel: bool = False) -> None:
         # idempotent, as Runtime.capture_sequence (keyed by the ops and the copies' kind)
         self.captured_sequences.add((tuple(ops), copy_kernel))
         self.events.append(("capture_sequence", len(ops)))
 
-    def run_sequence(self, ops, *, graph: bool = True, copy_kernel: bool = True) -> None:
+    def run_sequence(self, ops, *, graph: bool = True, copy_kernel: bool = False) -> None:
         """``Runtime.run_sequence``: the ops in order, as the individual calls would run them;
         with ``graph`` its one graph must have been captured before."""
         if graph and (tuple(ops), copy_kernel) not in self.captured_sequences:

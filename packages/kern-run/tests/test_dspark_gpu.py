@@ -103,7 +103,7 @@ def test_pipelined_rounds_equal_the_chained(loaded):
     """Rounds queued one ahead, their inputs copied on the device from verify's in-graph
     acceptance (docs/dspark.md step 7), run the same kernels on the same inputs as the
     chained loop: the same tokens, rounds and acceptance, with graphs (a fed round one graph,
-    its copies by the copy kernel or memcpy nodes, or a graph per program) and eagerly, with
+    its copies as memcpy nodes or by the copy kernel, or a graph per program) and eagerly, with
     and without EOS stops (a round queued ahead of the stop is dropped)."""
     from kern_run.spec.setup import speculate
     rt, info, tok, limit, plan = loaded
@@ -116,7 +116,7 @@ def test_pipelined_rounds_equal_the_chained(loaded):
             a = speculate(plan, rt, pipeline=False)(rt, ids, **base)
             b = speculate(plan, rt)(rt, ids, **base)           # pipelined: the default
             c = speculate(plan, rt)(rt, ids, **{**base, "eager": True})
-            m = speculate(plan, rt, round_graph="memcpy")(rt, ids, **base)
+            m = speculate(plan, rt, round_graph="kernel")(rt, ids, **base)
             o = speculate(plan, rt, round_graph="off")(rt, ids, **base)  # a graph per program
             assert a.tokens == b.tokens == c.tokens == m.tokens == o.tokens
             assert a.spec.rounds > 0

@@ -198,19 +198,19 @@ def test_pipelined_rounds_equal_the_chained(plan):
 
 @pytest.mark.parametrize("plan", PLANS[:3])
 def test_a_fed_round_is_one_graph_captured_before_the_clock(plan):
-    """With graphs (``round_graph`` "kernel", the default) every round queued ahead is one sequence:
+    """With graphs (``round_graph`` "memcpy", the default) every round queued ahead is one sequence:
     the feed copies, draft, copies, verify and the precompute of all its rows, captured with
     the run's other graphs; the reads follow it. ``round_graph="off"``: the same runs, a
-    graph each, the same tokens; ``"memcpy"``: the same with the copies as memcpy nodes."""
+    graph each, the same tokens; ``"kernel"``: the same with the copies in the copy kernel."""
     prompt = list(range(10, 20))
     res, rt = pipelined(prompt, plan, steps=60, chunk=4)
     off, rt_off = pipelined(prompt, plan, steps=60, chunk=4, round_graph="off")
-    mem, rt_mem = pipelined(prompt, plan, steps=60, chunk=4, round_graph="memcpy")
+    ker, rt_ker = pipelined(prompt, plan, steps=60, chunk=4, round_graph="kernel")
     same(res, off)
-    same(res, mem)
-    assert seq(rt) == seq(rt_off) == seq(rt_mem) and res.spec.round_log == off.spec.round_log
-    assert rt.uncaptured == [] and [k for _, k in rt.captured_sequences] == [True]
-    assert rt_mem.uncaptured == [] and [k for _, k in rt_mem.captured_sequences] == [False]
+    same(res, ker)
+    assert seq(rt) == seq(rt_off) == seq(rt_ker) and res.spec.round_log == off.spec.round_log
+    assert rt.uncaptured == [] and [k for _, k in rt.captured_sequences] == [False]
+    assert rt_ker.uncaptured == [] and [k for _, k in rt_ker.captured_sequences] == [True]
     ev = rt.events
     clock = next(i for i, e in enumerate(ev) if e[0] == "run")
     assert [i for i, e in enumerate(ev) if e[0] == "capture_sequence"][-1] < clock
@@ -473,5 +473,5 @@ def test_host_time_per_round_is_small():
 
 
 def test_an_unknown_round_graph_is_refused():
-    with pytest.raises(KernRunError, match="round_graph 'on': use one of kernel, memcpy, off"):
+    with pytest.raises(KernRunError, match="round_graph 'on': use one of memcpy, kernel, off"):
         pipelined(list(range(10, 20)), None, steps=20, chunk=4, round_graph="on")

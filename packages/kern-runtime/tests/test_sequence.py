@@ -33,7 +33,7 @@ def test_one_graph_holds_the_runs_and_copies_in_order(tmp_path):
     rt, dev = toy_runtime(tmp_path)
     x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
     n = len(dev.calls)
-    rt.run_sequence(OPS, copy_kernel=False)
+    rt.run_sequence(OPS)                                   # memcpys: the default
     captures = dev.ops("capture")
     assert len(captures) == 1 and captures[0][1] == "sequence copy+step+copy+step"
     (graph,) = rt._graphs.values()
@@ -41,12 +41,12 @@ def test_one_graph_holds_the_runs_and_copies_in_order(tmp_path):
     assert graph.steps[0] == ("d2d", x, h, 512, "copy `h` into `x`")
     assert graph.steps[4] == ("d2d", x + 3 * 256, h, 256, "copy `h` into `x`")
     assert [c[0] for c in dev.calls[n:] if c[0] in ("graph", "d2d", "launch")] == ["graph"]
-    rt.run_sequence(OPS, copy_kernel=False)                # replayed, not captured again
+    rt.run_sequence(OPS)                                   # replayed, not captured again
     assert len(dev.ops("capture")) == 1 and len(dev.ops("graph")) == 2
     assert rt.graphs[-1].program == "[copy+step+copy+step]"
-    rt.run_sequence(OPS[:2], copy_kernel=False)            # another list: another graph
+    rt.run_sequence(OPS[:2])                               # another list: another graph
     assert len(dev.ops("capture")) == 2
-    rt.run_sequence(OPS)                                   # the copy kernel: another graph
+    rt.run_sequence(OPS, copy_kernel=True)                 # the copy kernel: another graph
     assert len(dev.ops("capture")) == 3
     steps = list(rt._graphs.values())[-1].steps
     assert _launch_names(steps) == _kernel_copies(STEPS)
@@ -106,11 +106,11 @@ def test_consecutive_copies_share_one_launch_unless_they_overlap(tmp_path):
     dev.view(h, 1024)[:] = 7
     ops = (Copy.of("x", "h", {"tokens": 1}), Copy.of("x", "h", {"tokens": 1}, dst_row=2),
            Run.of("step", {"tokens": 3}))
-    rt.run_sequence(ops)
+    rt.run_sequence(ops, copy_kernel=True)
     steps = list(rt._graphs.values())[-1].steps
     assert steps[0] == ("copies", ((x, h, 256), (x + 512, h, 256)),
                         "copy `h` into `x`; copy `h` into `x`")
-    rt.run_sequence(ops, graph=False)
+    rt.run_sequence(ops, graph=False, copy_kernel=True)
     assert (dev.view(x, 256) == 7).all() and (dev.view(x + 512, 256) == 7).all()
     rt.close()
 

@@ -15,10 +15,12 @@ Contracts:
 - Every op is checked (program, symbols, buffers, dtypes, room) before anything is queued or
   captured; a refused list leaves the runtime as it was.
 - The cuBLASLt algorithms of every program are chosen before the capture begins.
-- ``copy_kernel`` (the default): each run of consecutive copies whose destinations overlap
-  no other copy of the run is ONE launch of the runtime's own copy kernel (``cuda/copies.cu``:
-  a memcpy node per copy costs more and breaks the programmatic chain of the kernels around
-  it); False: a memcpy (node) per copy.
+- A copy is a memcpy (a memcpy node in the graph). ``copy_kernel=True``: each run of
+  consecutive copies whose destinations overlap no other copy of the run is ONE launch of
+  the runtime's own copy kernel instead (``cuda/copies.cu``). Measured (H100, session 19,
+  docs/measurements.md): a memcpy node and a copy-kernel node cost the same, ~0.95 µs each
+  between small kernels, so a group of n copies saves ~(n − 1) × 0.95 µs; a DSpark round
+  (groups of 4 and 2) showed no difference beyond its noise, so it is not the default.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class SequenceRuns:
                 steps.append(_CopyStep(self._dev, self._stream, p[1]))
         return steps
 
-    def capture_sequence(self, ops: Sequence[Op], *, copy_kernel: bool = True) -> Any:
+    def capture_sequence(self, ops: Sequence[Op], *, copy_kernel: bool = False) -> Any:
         """Capture (once) and return the one graph of ``ops`` without running it."""
         key, plans, _ = self._sequence_plan(ops, copy_kernel)
         g = self._graphs.get(key)
@@ -162,7 +164,7 @@ class SequenceRuns:
         return g
 
     def run_sequence(self, ops: Sequence[Op], *, graph: bool = True,
-                     copy_kernel: bool = True) -> None:
+                     copy_kernel: bool = False) -> None:
         """Queue ``ops`` in order: with ``graph`` as one CUDA graph (captured on first use),
         else step by step; ``copy_kernel``: module docstring. Does not wait for the GPU."""
         if graph:

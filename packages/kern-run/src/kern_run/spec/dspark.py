@@ -101,7 +101,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     clock: Callable[[], float] = time.perf_counter,
                     chain: bool = True, ahead: bool = True,
                     pipeline: bool = False, prefill_precompute: bool = False,
-                    round_graph: str = "kernel") -> SpecResult:
+                    round_graph: str = "memcpy") -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -116,8 +116,9 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     the manifest must have it: ``DSparkInfo.accept_mask``); ``prefill_precompute``: the
     prompt's chunks run ``draft_precompute_prefill`` (the manifest has it), else
     ``draft_precompute``; ``round_graph``: a pipelined round fed on the device is one CUDA
-    graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`), its copies in the runtime's copy
-    kernel (``"kernel"``) or memcpy nodes (``"memcpy"``); ``"off"``: a graph per program."""
+    graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`), its copies as memcpy nodes
+    (``"memcpy"``) or in the runtime's copy kernel (``"kernel"``); ``"off"``: a graph per
+    program."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k

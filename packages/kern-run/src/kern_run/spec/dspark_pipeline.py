@@ -53,9 +53,9 @@ UNKNOWN = -1
 """``Call.pos0`` of a launch whose position the device chose, until the host learns it."""
 
 
-#: ``dspark_generate``'s ``round_graph`` values: one graph a fed round with its copies in the
-#: runtime's copy kernel / in memcpy nodes; or a graph per program.
-ROUND_GRAPHS = ("kernel", "memcpy", "off")
+#: ``dspark_generate``'s ``round_graph`` values: one graph a fed round with its copies as
+#: memcpy nodes (the default) / in the runtime's copy kernel; or a graph per program.
+ROUND_GRAPHS = ("memcpy", "kernel", "off")
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class FedRound:
     copy_kernel: bool
 
 
-def fed_round(block: int, m: int, how: str = "kernel") -> FedRound | None:
+def fed_round(block: int, m: int, how: str = "memcpy") -> FedRound | None:
     """A round of m drafts fed by the previous verify's acceptance outputs, as one sequence:
     the draft's inputs copied, ``draft`` (B rows), its drafts into ``token_ids`` rows 1 … m
     and verify's ``kv_lens``, ``verify`` (m + 1 rows), the precompute of all m + 1 rows.

@@ -80,7 +80,7 @@ def gpu_timer_for(rt: object) -> Callable[[], object] | None:
 
 def speculate(plan: SpecPlan, rt: object | None = None, gpu_times: bool = False,
               chain: bool = True, ahead: bool = True,
-              pipeline: bool = True, round_graph: str = "kernel") -> Callable[..., SpecResult]:
+              pipeline: bool = True, round_graph: str = "memcpy") -> Callable[..., SpecResult]:
     """The loop of ``plan`` taking :func:`~kern_run.generate.generate`'s arguments (for
     :func:`~kern_run.spec.check.spec_check`'s ``speculate`` or a direct call).
     ``gpu_times``: DSpark's GPU split by timing events on ``rt`` (a few µs per round; the
