@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -59,12 +58,12 @@ class CopiesLaunch:
         d = drv()
         self._data = pack(segments)
         self._ptrs = np.array([self._data.ctypes.data], dtype=np.uint64)
-        total = max(b for _, _, b in segments)
+        largest = max(b for _, _, b in segments)
         attr = d.CUlaunchAttribute()
         attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         attr.value.programmaticStreamSerializationAllowed = 1
         cfg = d.CUlaunchConfig()
-        cfg.gridDimX = max(1, min(64, -(-total // (4 * _BLOCK))))
+        cfg.gridDimX = max(1, min(64, -(-largest // (4 * _BLOCK))))
         cfg.gridDimY = cfg.gridDimZ = 1
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = _BLOCK, 1, 1
         cfg.sharedMemBytes = 0
@@ -80,11 +79,3 @@ class CopiesLaunch:
         err = drv().cuLaunchKernelEx(*self._args)[0]
         if err != self._ok:
             raise error_of("cuLaunchKernelEx", err, self.where)
-
-
-def copies_step(holder: Any, segments: Sequence[tuple[int, int, int]], stream: int,
-                where: str) -> CopiesLaunch:
-    """The launch of ``segments``, loading the kernel into ``holder._copy_kernel`` first."""
-    if getattr(holder, "_copy_kernel", None) is None:
-        holder._copy_kernel = CopyKernel()
-    return CopiesLaunch(holder._copy_kernel, segments, stream, where)

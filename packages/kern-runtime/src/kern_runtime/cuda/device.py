@@ -62,8 +62,10 @@ class CudaDevice:
 
     def copies(self, segments: Sequence[tuple[int, int, int]], stream: memory.Stream,
                where: str) -> Any:
-        from .copies import copies_step
-        return copies_step(self, segments, stream.id, where)
+        from .copies import CopiesLaunch, CopyKernel
+        if self._copy_kernel is None:         # loaded once, outside any capture
+            self._copy_kernel = CopyKernel()
+        return CopiesLaunch(self._copy_kernel, segments, stream.id, where)
 
     def release(self) -> None:
         if self._copy_kernel is not None:
