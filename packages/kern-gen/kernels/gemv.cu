@@ -56,6 +56,22 @@
 //     (4 or 8 accumulating GEMMs a verify) and its Markov head (one a draft row).
 //   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
+// Two more take the RMSNorm that precedes the GEMM into their prologue (ABI.md 4e; kern-gen
+// `--fuse-norm`, the one-row `decode` program): the residual add, the norm and the GEMV of
+// the normed row in one launch instead of a captured Inductor norm kernel and the GEMV.
+//   kern_gemv_norm_bf16(x, d, g, xo, w, c, m, n, k, add, eps) and
+//   kern_gemv_norm_silu_bf16(...) (the same with §4a's SiLU·mul epilogue, w [2n, k]):
+//     r = bf16(x + d) (x alone when add == 0), A = bf16(g * bf16(r * rsqrt(mean(r^2) + eps)))
+//     row by row, then C = A . W^T as kern_gemv_bf16 / kern_gemv_silu_bf16 compute it from
+//     that A.  x, d, xo bf16 [m, k], g bf16 [k]; block x == 0 of each row block writes r to
+//     xo (the next norm's residual: xo must not be x or d, other blocks still read them).
+//     Every block computes the same A (same code, same order) into shared memory: at most
+//     kNormElems (8192) elements of A a block (rows of the block x k), else it traps.
+//     This is HF's LlamaRMSNorm / Qwen3RMSNorm arithmetic after a bf16 residual add (f32
+//     mean of squares, one rounding before the weight multiply and one after), not the
+//     captured Inductor kernel's (which keeps the sums in f32): the reason is the launch
+//     it saves; docs/measurements.md issue 16 has the A/B.
+//
 // Programmatic dependent launch: the first batch of W is requested before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
 // still runs is safe); A is read and C written only after it; `launch_dependents` follows
@@ -70,6 +86,7 @@ constexpr int kRows = 8;        // rows of A per block: the mma's N
 constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
+constexpr int kNormElems = 8192;  // A elements a norm-prologue block holds (16 KB of bf16)
 
 // 16 bytes of W (read-only for every program), zeros when !ok.  .L2::256B asks L2 to fetch the
 // aligned 256 bytes around the address: one warp step reads 64 bytes of each of its 16 rows
@@ -100,6 +117,16 @@ __device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
     return r;
 }
 
+// 16 bytes of A from global memory (ld_a) or from the block's shared normed rows.
+template <bool kShared>
+__device__ __forceinline__ uint4 load_a(const __nv_bfloat16* p, bool ok) {
+    if constexpr (kShared) {
+        return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+    } else {
+        return ld_a(p, ok);
+    }
+}
+
 // d += W(16 x 16) . A^T(16 x 8); fragments as in the PTX ISA for m16n8k16 .bf16.
 __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                     uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -114,11 +141,20 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // each of the T tiles (valid below lim[t]); A rows m0 .. m0 + 7.  On return (after
 // launch_dependents and a __syncthreads) red[t][mi][col] holds the f32 dot product of A row
 // m0 + mi with W row base[t] + col, summed over the warps in warp order.
-template <int T>
+//
+// Norm is a functor run right after griddepcontrol.wait: NoNorm for the plain variants (A is
+// read from global memory at a); NormPrologue writes the block's normed rows into shared
+// memory, and a then points there (row stride k, row 0 = A row m0).
+struct NoNorm {
+    static constexpr bool kShared = false;
+    __device__ __forceinline__ void operator()() const {}
+};
+
+template <int T, class Norm>
 __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w, int m, int k,
                                            const int (&base)[T], const int (&lim)[T], int m0,
-                                           float (*red)[T][kRows][kCols]) {
+                                           float (*red)[T][kRows][kCols], const Norm& norm) {
     const int nw = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -135,7 +171,7 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
         wlo[t] = w + (size_t)(lo_ok[t] ? base[t] + g : 0) * k + 8 * t4;
         whi[t] = w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * k + 8 * t4;
     }
-    const __nv_bfloat16* ap = a + (size_t)(a_ok ? m0 + g : 0) * k + 8 * t4;
+    const __nv_bfloat16* ap = a + (size_t)(a_ok ? (Norm::kShared ? g : m0 + g) : 0) * k + 8 * t4;
 
     uint4 wl[T][kUnroll], wh[T][kUnroll], av[kUnroll];
     float acc0[T][4], acc1[T][4];
@@ -157,10 +193,11 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
         }
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    norm();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
         const int off = (s0 + u * nw) * kStep;
-        av[u] = ld_a(ap + off, off + 8 * t4 < k && a_ok);
+        av[u] = load_a<Norm::kShared>(ap + off, off + 8 * t4 < k && a_ok);
     }
     for (;;) {
 #pragma unroll
@@ -182,7 +219,7 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
                 wl[t][u] = ld_w(wlo[t] + off, ok && lo_ok[t]);
                 wh[t][u] = ld_w(whi[t] + off, ok && hi_ok[t]);
             }
-            av[u] = ld_a(ap + off, ok && a_ok);
+            av[u] = load_a<Norm::kShared>(ap + off, ok && a_ok);
         }
     }
     asm volatile("griddepcontrol.launch_dependents;");
@@ -216,6 +253,118 @@ __device__ __forceinline__ void check_launch(const void* a, const void* w, int k
     }
 }
 
+// The block's C tile: each dot product rounded once (kern_gemv_bf16's store).
+__device__ __forceinline__ void store_plain(float (*red)[1][kRows][kCols], __nv_bfloat16* c,
+                                            int m, int n, int m0, int n0) {
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        const float s = warp_sum<1>(red, 0, mi, col);
+        if (m0 + mi < m && n0 + col < n) {
+            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(s);
+        }
+    }
+}
+
+// The block's C tile of SiLU(gate) * up (kern_gemv_silu_bf16's store): the bf16 values the
+// unfused GEMM would have stored, then SiLU(g) * u in f32, rounded once.
+__device__ __forceinline__ void store_silu(float (*red)[2][kRows][kCols], __nv_bfloat16* c,
+                                           int m, int n, int m0, int n0) {
+    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
+        const int mi = i / kCols, col = i % kCols;
+        if (m0 + mi < m && n0 + col < n) {
+            const float gv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 0, mi, col)));
+            const float uv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 1, mi, col)));
+            const float h = gv / (1.0f + __expf(-gv)) * uv;
+            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(h);
+        }
+    }
+}
+
+// The RMSNorm prologue (ABI.md 4e), run by every thread of the block after the grid-dependency
+// wait: rows m0 .. m0 + rows - 1 of r = bf16(x + d) (x alone when !add) and their normed,
+// weighted values A = bf16(g * bf16(r * rsqrt(mean(r^2) + eps))) into xs [rows, k]; block
+// x == 0 also stores r into xo.  The sums of squares: each thread's elements in k order,
+// then the warp's lanes by xor shuffle, then the warps in warp order: the same bits in every
+// block.  Ends with __syncthreads (xs complete).
+struct NormPrologue {
+    static constexpr bool kShared = true;
+    const __nv_bfloat16* x;
+    const __nv_bfloat16* d;
+    const __nv_bfloat16* g;
+    __nv_bfloat16* xo;
+    __nv_bfloat16* xs;
+    float (*ss)[kRows];       // [kMaxWarps][kRows] shared scratch
+    int m, k, m0, add;
+    float eps;
+
+    __device__ __forceinline__ void operator()() const {
+        const int rows = min(kRows, m - m0);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        const bool store = blockIdx.x == 0;
+        for (int r = 0; r < rows; ++r) {
+            const size_t row = (size_t)(m0 + r) * k;
+            float sq = 0.f;
+            for (int i = 8 * threadIdx.x; i < k; i += 8 * blockDim.x) {
+                const uint4 xv = *reinterpret_cast<const uint4*>(x + row + i);
+                uint4 v = xv;
+                if (add) {
+                    const uint4 dv = *reinterpret_cast<const uint4*>(d + row + i);
+                    const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
+                    const __nv_bfloat162* dp = reinterpret_cast<const __nv_bfloat162*>(&dv);
+                    __nv_bfloat162* vp = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 a = __bfloat1622float2(xp[e]), b = __bfloat1622float2(dp[e]);
+                        vp[e] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+                    }
+                }
+                const __nv_bfloat162* vp = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = __bfloat1622float2(vp[e]);
+                    sq = fmaf(f.x, f.x, sq);
+                    sq = fmaf(f.y, f.y, sq);
+                }
+                *reinterpret_cast<uint4*>(xs + (size_t)r * k + i) = v;
+                if (store) *reinterpret_cast<uint4*>(xo + row + i) = v;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            if (lane == 0) ss[warp][r] = sq;
+        }
+        __syncthreads();
+        for (int r = 0; r < rows; ++r) {
+            float t = ss[0][r];
+            for (int v = 1; v < nw; ++v) t += ss[v][r];
+            const float rstd = rsqrtf(t / (float)k + eps);
+            for (int i = 8 * threadIdx.x; i < k; i += 8 * blockDim.x) {
+                __nv_bfloat16* p = xs + (size_t)r * k + i;
+                uint4 v = *reinterpret_cast<const uint4*>(p);
+                const uint4 gv = *reinterpret_cast<const uint4*>(g + i);
+                __nv_bfloat162* vp = reinterpret_cast<__nv_bfloat162*>(&v);
+                const __nv_bfloat162* gp = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = __bfloat1622float2(vp[e]), w = __bfloat1622float2(gp[e]);
+                    const float2 h = __bfloat1622float2(__floats2bfloat162_rn(f.x * rstd, f.y * rstd));
+                    vp[e] = __floats2bfloat162_rn(w.x * h.x, w.y * h.y);
+                }
+                *reinterpret_cast<uint4*>(p) = v;
+            }
+        }
+        __syncthreads();
+    }
+};
+
+// The norm variants' extra requirements (else trap): x, d, g, xo 16-byte aligned, and the
+// block's rows of A fit the shared buffer.
+__device__ __forceinline__ void check_norm(const void* x, const void* d, const void* g,
+                                           const void* xo, int m, int k, int m0) {
+    const uintptr_t any = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d) |
+                          reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(xo);
+    if ((any & 15) || min(kRows, m - m0) * k > kNormElems) __trap();
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
@@ -226,14 +375,8 @@ kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {n0}, lim[1] = {n};
-    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
-    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
-        const int mi = i / kCols, col = i % kCols;
-        const float s = warp_sum<1>(red, 0, mi, col);
-        if (m0 + mi < m && n0 + col < n) {
-            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(s);
-        }
-    }
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red, NoNorm{});
+    store_plain(red, c, m, n, m0, n0);
 }
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
@@ -245,17 +388,46 @@ kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     if (n0 >= n || m0 >= m) return;                // block-uniform
     // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
-    gemv_tiles<2>(a, w, m, k, base, lim, m0, red);
-    for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
-        const int mi = i / kCols, col = i % kCols;
-        if (m0 + mi < m && n0 + col < n) {
-            // the bf16 values the unfused GEMM would have stored, then SiLU(g) * u in f32
-            const float gv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 0, mi, col)));
-            const float uv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 1, mi, col)));
-            const float h = gv / (1.0f + __expf(-gv)) * uv;
-            c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(h);
-        }
-    }
+    gemv_tiles<2>(a, w, m, k, base, lim, m0, red, NoNorm{});
+    store_silu(red, c, m, n, m0, n0);
+}
+
+// ABI.md 4e: the RMSNorm (after the residual add) of A in the prologue, then kern_gemv_bf16.
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* d,
+                    const __nv_bfloat16* __restrict__ g, __nv_bfloat16* xo,
+                    const __nv_bfloat16* __restrict__ w, __nv_bfloat16* c, int m, int n, int k,
+                    int add, float eps) {
+    __shared__ float red[kMaxWarps][1][kRows][kCols];
+    __shared__ float ss[kMaxWarps][kRows];
+    __shared__ __align__(16) __nv_bfloat16 xs[kNormElems];
+    check_launch(x, w, k);
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+    check_norm(x, d, g, xo, m, k, m0);
+    const int base[1] = {n0}, lim[1] = {n};
+    gemv_tiles<1>(xs, w, m, k, base, lim, m0, red,
+                  NormPrologue{x, d, g, xo, xs, ss, m, k, m0, add, eps});
+    store_plain(red, c, m, n, m0, n0);
+}
+
+// ABI.md 4e: the RMSNorm prologue, then kern_gemv_silu_bf16 (w = [gate; up] rows, [2n, k]).
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_norm_silu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* d,
+                         const __nv_bfloat16* __restrict__ g, __nv_bfloat16* xo,
+                         const __nv_bfloat16* __restrict__ w, __nv_bfloat16* c, int m, int n,
+                         int k, int add, float eps) {
+    __shared__ float red[kMaxWarps][2][kRows][kCols];
+    __shared__ float ss[kMaxWarps][kRows];
+    __shared__ __align__(16) __nv_bfloat16 xs[kNormElems];
+    check_launch(x, w, k);
+    const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
+    if (n0 >= n || m0 >= m) return;                // block-uniform
+    check_norm(x, d, g, xo, m, k, m0);
+    const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
+    gemv_tiles<2>(xs, w, m, k, base, lim, m0, red,
+                  NormPrologue{x, d, g, xo, xs, ss, m, k, m0, add, eps});
+    store_silu(red, c, m, n, m0, n0);
 }
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
@@ -269,7 +441,7 @@ kern_gemv_split3_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ 
     const int j0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (j0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {j0}, lim[1] = {n};
-    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red, NoNorm{});
     // the part this block's 16 columns lie in (block-uniform)
     __nv_bfloat16* c = j0 < n0 ? c0 : (j0 < n0 + n1 ? c1 : c2);
     const int start = j0 < n0 ? 0 : (j0 < n0 + n1 ? n0 : n0 + n1);
@@ -292,7 +464,7 @@ kern_gemv_acc_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {n0}, lim[1] = {n};
-    gemv_tiles<1>(a, w, m, k, base, lim, m0, red);
+    gemv_tiles<1>(a, w, m, k, base, lim, m0, red, NoNorm{});
     for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
         const int mi = i / kCols, col = i % kCols;
         const float s = warp_sum<1>(red, 0, mi, col);

@@ -13,7 +13,8 @@ from kern_manifest import KernError, fail
 
 from . import repo
 from .errors import WiringError
-from .gemm import DEFAULT_GEMM, GEMM_IMPLS
+from .fuse_norm import DEFAULT_FUSE_NORM
+from .gemm import DEFAULT_GEMM, GEMM_IMPLS, OWN_GEMV
 from .own import (DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION,
                   DEFAULT_VERIFY_SPLITS)
 from .pipeline import generate, write
@@ -62,6 +63,8 @@ def _make(preset: str):
                                            "K/V writes in one launch, gate/up + "
                                            "SiLU*mul in one, verify's q/k/v in one")]
             = True,
+        fuse_norm: Annotated[bool, typer.Option("--fuse-norm/--no-fuse-norm",
+                                                help=FUSE_NORM_HELP)] = DEFAULT_FUSE_NORM,
         verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)]
             = DEFAULT_VERIFY_SPLITS,
         verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]
@@ -84,8 +87,9 @@ def _make(preset: str):
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label,
                          command=_command(preset, gemm, attention, fuse, verify_splits,
-                                          verify_attention),
+                                          verify_attention, fuse_norm),
                          nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
+                         fuse_norm=fuse_norm and fuse and gemm in OWN_GEMV,
                          verify_splits=verify_splits, verify_attention=verify_attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
@@ -96,6 +100,11 @@ def _make(preset: str):
     cmd.__doc__ = (f"Generate the {preset} manifest, kernels directory and export plan from a "
                    f"capture (asserting every mined fact first).")
     return cmd
+
+
+FUSE_NORM_HELP = ("with --gemm gemv or tma and --fuse: every RMSNorm of decode (and its "
+                  "residual add) in the prologue of the GEMV after it, one launch instead of "
+                  "two (kern-gen's own residual stream, HF's arithmetic)")
 
 
 VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DSpark draft: "
@@ -111,11 +120,14 @@ VERIFY_ATTENTION_HELP = ("attention kernel of verify and the DSpark draft: split
 
 def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
-             verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> str:
+             verify_attention: str = DEFAULT_VERIFY_ATTENTION,
+             fuse_norm: bool = DEFAULT_FUSE_NORM) -> str:
     """The command the README says regenerates the example (options that are not default)."""
     extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
     extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
     extra += "" if fuse else " --no-fuse"
+    extra += "" if fuse_norm == DEFAULT_FUSE_NORM else (
+        " --fuse-norm" if fuse_norm else " --no-fuse-norm")
     extra += (f" --verify-splits {verify_splits}" if verify_splits != DEFAULT_VERIFY_SPLITS
               else "")
     extra += (f" --verify-attention {verify_attention}"

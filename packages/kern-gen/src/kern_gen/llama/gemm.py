@@ -278,3 +278,41 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
     return {"label": op.label, "kernel": name,
             "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["c0"]), asm.arg(a["c1"]),
                      asm.arg(a["c2"]), _m(rows), *({"i32": x} for x in widths), {"i32": k}]}
+
+
+NORM_SYMBOLS = {"gemm_norm": "kern_gemv_norm_bf16", "gemm_norm_silu": "kern_gemv_norm_silu_bf16"}
+"""The GEMVs with the RMSNorm prologue (kernels/gemv.cu, ABI.md 4e) by the op kind of
+:mod:`.fuse_norm`."""
+NORM_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
+               "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32", "f32"]
+"""``[x, d, g, xo, w, c, m, n, k, add, eps]`` (ABI.md 4e)."""
+NORM_MAX_ELEMS = 8192
+"""Elements of A a block of those kernels holds in shared memory (its rows x k)."""
+
+
+def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """Residual add + RMSNorm + GEMV (plain or with the SiLU·mul epilogue) in one launch
+    (:mod:`.fuse_norm`): the own kernel with the block size of the GEMV it replaces
+    (:func:`gemv_warps` of ``n x k``, ``2n x k`` for gate/up: the same dot products); without
+    ``d`` (norm 0) the kernel gets ``x`` twice and ``add`` 0."""
+    a = op.args
+    rows = a.get("rows", rows)
+    n, k = a["n"], a["k"]
+    symbol = NORM_SYMBOLS[op.kind]
+    if not isinstance(rows, int) or min(rows, GEMV_ROWS) * k > NORM_MAX_ELEMS:
+        raise WiringError(f"{program}: {op.label}: {rows} rows of k {k} do not fit the "
+                          f"{NORM_MAX_ELEMS} elements of A `{symbol}` holds a block")
+    x, d = a["x"], a.get("d", a["x"])
+    _gemv_checks(program, op, ((x, "x"), (d, "d"), (a["g"], "g"), (a["xo"], "xo"),
+                               (a["w"], "W")))
+    silu = op.kind == "gemm_norm_silu"
+    nw = gemv_warps(2 * n if silu else n, k)
+    st = _gemv_step(asm, symbol, NORM_PARAMS, n, nw, rows)
+    what = "gate/up GEMV + SiLU·mul" if silu else "GEMV"
+    name = asm.kernel_named(f"{program}.gemm_norm{'_silu' if silu else ''}.{n}x{k}",
+                            {"params": NORM_PARAMS, "impl": {"steps": [st]}},
+                            f"own `{symbol}` (residual add + RMSNorm + {what}, {nw} warps)")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(x), asm.arg(d), asm.arg(a["g"]), asm.arg(a["xo"]),
+                     asm.arg(a["w"]), asm.arg(a["c"]), _m(rows), {"i32": n}, {"i32": k},
+                     {"i32": int("d" in a)}, {"f32": a["eps"]}]}

@@ -72,7 +72,8 @@ def is_weight(buf: str | None) -> bool:
 
 @dataclass
 class Op:
-    kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | embedding | angles
+    kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | gemm_norm
+                       # | gemm_norm_silu | embedding | angles
                        # | rope_kv | attention | argmax | markov | accept
     label: str
     site: Site | None = None
@@ -97,7 +98,7 @@ class Program:
     bufs: dict[str, Buf]
 
 
-OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "next_ids", "next_pos", "draft_lens",
+OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "xo", "next_ids", "next_pos", "draft_lens",
                "verify_lens")
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
 INOUT_ARGS = ("acc", "kc", "vc")

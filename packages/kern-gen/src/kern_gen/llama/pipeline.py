@@ -19,10 +19,11 @@ from kern_manifest.contract import ContractError, check_manifest
 
 from . import config as C
 from . import fuse as FU
+from . import fuse_norm as FN
 from . import fuse_rope as FR
 from . import merge as M
 from . import repo
-from .arch import ARCHS, INV_FREQ
+from .arch import ARCHS, INV_FREQ, Arch
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
@@ -119,12 +120,20 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
     return decode, prefill
 
 
-def _fused(programs: list[Program], cfg: C.ModelConfig) -> list[Program]:
+def _fused(programs: list[Program], cfg: C.ModelConfig, arch: Arch,
+           norms: bool) -> list[Program]:
     """The few-row programs with the fused GEMVs (:mod:`.fuse`) and, where a Llama layer's
     rope kernels are provably the plain rotate-half rope, one rope + K/V launch
-    (:mod:`.fuse_rope`)."""
-    return [FR.fuse_rope(FU.fuse_program(p), cfg)[0] if p.name in FEW_ROWS else p
-            for p in programs]
+    (:mod:`.fuse_rope`); with ``norms`` also the RMSNorms in the GEMVs' prologues
+    (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
+    out = []
+    for p in programs:
+        if p.name in FEW_ROWS:
+            p = FR.fuse_rope(FU.fuse_program(p), cfg)[0]
+        if norms and p.name in FN.PROGRAMS:
+            p = FN.fuse_norms(p, cfg, arch)
+        out.append(p)
+    return out
 
 
 def _captured_cache_len(facts: Facts, cfg: C.ModelConfig) -> int:
@@ -166,11 +175,12 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True, gemm_acc: str = DEFAULT_ACC,
+             fuse: bool = True, fuse_norm: bool = False, gemm_acc: str = DEFAULT_ACC,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
-    (:mod:`.gemm`), with ``fuse`` their fusions; ``attention``: the decode attention
+    (:mod:`.gemm`), with ``fuse`` their fusions and ``fuse_norm`` the RMSNorms in the
+    GEMVs (:mod:`.fuse_norm`); ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
@@ -193,7 +203,10 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
     if gemm in OWN_GEMV and fuse:
-        programs = _fused(programs, cfg)
+        programs = _fused(programs, cfg, arch, fuse_norm)
+    elif fuse_norm:
+        raise WiringError("--fuse-norm needs --gemm gemv (or tma) and --fuse: the norm goes "
+                          "into the own GEMV's prologue")
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
