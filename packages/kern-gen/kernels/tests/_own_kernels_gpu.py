@@ -157,6 +157,17 @@ class Kernels:
         f((-(-(n2 // 2) // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n2 // 2), np.int32(k)))
 
+    def gemv_norm(self, x, d, g, xo, w, c, add, eps, silu=False, warps=None):
+        """c = gemv(rmsnorm(x + d) * g) (ABI.md 4e), xo = x + d; ``silu``: w [2n, k] and
+        the SiLU·mul epilogue (warps default: the generator's rule for the merged shape)."""
+        m, (nw_rows, k) = x.shape[0], w.shape
+        n = nw_rows // 2 if silu else nw_rows
+        warps = gemv_warps(nw_rows, k) if warps is None else warps
+        f = self.fn("gemv.cubin", "kern_gemv_norm_silu_bf16" if silu else "kern_gemv_norm_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
+          (ptr(x), ptr(d), ptr(g), ptr(xo), ptr(w), ptr(c), np.int32(m), np.int32(n),
+           np.int32(k), np.int32(add), np.float32(eps)))
+
     def gemv_split3(self, a, w, outs, widths, warps):
         """outs[i][m, widths[i]] = a @ (rows of part i of w)^T (ABI.md 4b)."""
         m, (n, k) = a.shape[0], w.shape

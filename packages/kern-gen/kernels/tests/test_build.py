@@ -179,6 +179,12 @@ FUSED_GEMV_PARAMS = {
                               "i32", "i32"],
     "kern_gemv_acc_bf16": ["in buffer<bf16>", "in buffer<bf16>", "inout buffer<bf16>", "i32",
                            "i32", "i32"],
+    "kern_gemv_norm_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
+                            "out buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",
+                            "i32", "i32", "i32", "f32"],
+    "kern_gemv_norm_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
+                                 "out buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
+                                 "i32", "i32", "i32", "i32", "f32"],
 }
 
 
@@ -188,7 +194,9 @@ def test_fused_gemv_params_are_documented_and_the_generators():
     doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
     assert FUSED_GEMV_PARAMS == {"kern_gemv_silu_bf16": PARAMS,
                                  "kern_gemv_split3_bf16": SPLIT_PARAMS,
-                                 "kern_gemv_acc_bf16": gemm.ACC_PARAMS}
+                                 "kern_gemv_acc_bf16": gemm.ACC_PARAMS,
+                                 "kern_gemv_norm_bf16": gemm.NORM_PARAMS,
+                                 "kern_gemv_norm_silu_bf16": gemm.NORM_PARAMS}
     for params in FUSED_GEMV_PARAMS.values():
         assert tuple(params) in doc_lists
 

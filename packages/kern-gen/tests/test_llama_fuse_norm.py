@@ -1,0 +1,162 @@
+"""RMSNorm into the GEMV's prologue (``kern_gen.llama.fuse_norm``): on both committed captures
+the fused ``decode`` normalises exactly the residual stream of the model (the embedding plus
+every earlier ``o_proj`` and ``down_proj`` output, in order) and every kept op reads what it
+read before; each precondition refuses an altered program."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kg_own import wiring_inputs
+
+from kern_gen.llama import WiringError
+from kern_gen.llama import fuse as FU
+from kern_gen.llama import fuse_rope as FR
+from kern_gen.llama import merge as M
+from kern_gen.llama.arch import ARCHS
+from kern_gen.llama.command import PRESETS, _command
+from kern_gen.llama.fuse_norm import RESIDUAL, fuse_norms
+from kern_gen.llama.gemm import gemm_norm
+from kern_gen.llama.ir import TOK, Op, Ref, reads, writes
+from kern_gen.llama.programs import PROGRAMS
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module", params=[p for p in ("llama", "qwen3")
+                                        if (ROOT / PRESETS[p][0]).is_dir()])
+def decode(request, tmp_path_factory):
+    _, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
+    prog = FR.fuse_rope(FU.fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg)),
+                        cfg)[0]
+    return cfg, ARCHS[cfg.model_type], prog
+
+
+def _producers(ops: list[Op], names: dict[str, str]) -> dict[str, list[str]]:
+    """op label -> the producer label of each workspace it reads (weights left out); a
+    producer is named ``names.get(label, label)``."""
+    last: dict[tuple[str, int], str] = {}
+    out: dict[str, list[str]] = {}
+    for o in ops:
+        out[o.label] = [last.get((r.buf, r.offset), "<input>") for r in reads(o)
+                        if r.buf and not r.buf.startswith("model.")]
+        last.update({(r.buf, r.offset): names.get(o.label, o.label) for _, r in writes(o)})
+    return out
+
+
+def test_fused_decode_normalises_the_residual_stream(decode):
+    cfg, arch, prog = decode
+    fused = fuse_norms(prog, cfg, arch)
+    assert len(prog.ops) - len(fused.ops) == 2 * cfg.layers + 1
+    norms = [o for o in fused.ops if o.kind in ("gemm_norm", "gemm_norm_silu")]
+    assert [o.args["g"].buf for o in norms] == arch.norm_weights(cfg)
+    # symbolic replay: the residual each fused op normalises, as the producers summed into it
+    last: dict[str, str] = {}
+    value: dict[str, Counter] = {}
+    expected = Counter({"embed": 1})
+    for o in fused.ops:
+        if o in norms:
+            t = norms.index(o)
+            if t:
+                layer = (t - 1) // 2
+                expected[f"L{layer}.self_attn.o_proj" if t % 2 else f"L{layer}.mlp.down_proj"] += 1
+                got = value[o.args["x"].buf] + Counter({last[o.args["d"].buf]: 1})
+            else:
+                assert "d" not in o.args
+                got = Counter({last[o.args["x"].buf]: 1})
+            assert got == expected, o.label
+            assert o.args["xo"].buf == RESIDUAL[t % 2].format(p="decode")
+            assert o.args["eps"] == cfg.eps
+            value[o.args["xo"].buf] = got
+        for _, r in writes(o):
+            last[r.buf] = o.label
+    assert sum(expected.values()) == 2 * cfg.layers + 1
+    # every kept op reads its workspaces from the producers it read them from before
+    gemvs = [prog.ops[j + 1].label for j in range(len(prog.ops) - 1)
+             if prog.ops[j].kind == "mined" and prog.ops[j + 1].kind in ("gemm", "gemm_silu")
+             and prog.ops[j + 1].args["a"] == prog.ops[j].ptrs[max(prog.ops[j].ptrs)][1]]
+    assert len(gemvs) == len(norms)
+    before = _producers(prog.ops, {})
+    after = _producers(fused.ops, {o.label: g for o, g in zip(norms, gemvs)})
+    kept = [o.label for o in fused.ops if o not in norms]
+    assert len(kept) > 4 * cfg.layers
+    for label in kept:
+        assert after[label] == before[label], label
+    assert set(fused.bufs) >= {RESIDUAL[0].format(p="decode"), RESIDUAL[1].format(p="decode")}
+
+
+def _norm_at(prog, t: int) -> int:
+    return [j for j, o in enumerate(prog.ops) if o.kind == "mined"
+            and any(r.buf and r.buf.endswith("layernorm.weight") or r.buf == "model.norm.weight"
+                    for r in reads(o))][t]
+
+
+def test_a_missing_norm_is_refused(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 3)
+    bad = replace(prog, ops=prog.ops[:j] + prog.ops[j + 1:])
+    with pytest.raises(WiringError, match="the norms to fuse are"):
+        fuse_norms(bad, cfg, arch)
+
+
+def test_the_op_after_a_norm_must_be_a_gemv_of_its_output(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 2)
+    ops = list(prog.ops)
+    ops[j + 1] = replace(ops[j + 1], args={**ops[j + 1].args, "a": Ref(buf="elsewhere")})
+    with pytest.raises(WiringError, match="not a GEMV of its output"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+
+
+def test_a_norm_must_add_the_gemm_before_it(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 1)
+    ops = list(prog.ops)
+    ops[j - 1] = replace(ops[j - 1], args={**ops[j - 1].args, "c": Ref(buf="elsewhere")})
+    with pytest.raises(WiringError, match="does not read"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+    ops = list(prog.ops)
+    ops[j - 1] = replace(ops[j - 1], label="L0.mlp.down_proj")
+    with pytest.raises(WiringError, match="not the layer's o_proj GEMM"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+
+
+def test_the_first_norm_reads_only_the_embedding(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 0)
+    ops = list(prog.ops)
+    # one more input, before the normed output (which stays the last pointer)
+    ops[j] = replace(ops[j], ptrs={-1: ("in", Ref(buf="token_ids")), **ops[j].ptrs})
+    with pytest.raises(WiringError, match="not exactly the embedding's output"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+
+
+def test_a_later_reader_of_a_dropped_norms_output_is_refused(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 4)
+    inout = [r for d, r in prog.ops[j].ptrs.values() if d == "inout"]
+    written = inout[0] if inout else prog.ops[j].ptrs[max(prog.ops[j].ptrs)][1]
+    reader = Op("mined", "L9.reader", None, ptrs={0: ("in", written), 1: ("out", Ref(buf="z"))})
+    ops = list(prog.ops)
+    ops.insert(j + 2, reader)
+    with pytest.raises(WiringError, match="which --fuse-norm drops"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+
+
+def test_the_kernel_holds_one_block_of_rows():
+    op = Op("gemm_norm", "L0.input_layernorm+qkv_proj", None,
+            args={"x": Ref(buf="e"), "g": Ref(buf="model.norm.weight"), "xo": Ref(buf="r"),
+                  "w": Ref(buf="model.w"), "c": Ref(buf="c"), "n": 16, "k": 2560,
+                  "eps": 1e-6})
+    with pytest.raises(WiringError, match="do not fit"):
+        gemm_norm(None, "verify", op, TOK)          # type: ignore[arg-type]
+    with pytest.raises(WiringError, match="do not fit"):
+        gemm_norm(None, "decode", op, 4)            # type: ignore[arg-type]
+
+
+def test_the_regeneration_command_names_a_non_default_choice():
+    assert _command("llama", "gemv").endswith("kern-gen llama")
+    assert _command("llama", "gemv", fuse_norm=False).endswith("kern-gen llama --no-fuse-norm")
