@@ -42,7 +42,8 @@ def test_an_op_without_emitter_is_refused():
     prog = Program("draft", 1, [Op("mystery", "L0.x")], {})
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
-    assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "embedding", "angles",
+    assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "gemm_norm",
+            "gemm_norm_silu", "embedding", "angles",
             "rope_kv", "attention", "argmax", "markov", "accept"} == set(EMIT)
 
 

@@ -27,6 +27,7 @@ from .arch import ARCHS, INV_FREQ, Arch
 from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
+from .fuse_norm import DEFAULT_FUSE_NORM
 from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, OWN_GEMV, check_impl
 from .own import (DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION, DEFAULT_VERIFY_SPLITS,
                   VERIFY_ATTENTION, parse_verify_splits)
@@ -175,16 +176,20 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True, fuse_norm: bool = False, gemm_acc: str = DEFAULT_ACC,
+             fuse: bool = True, fuse_norm: bool | None = None, gemm_acc: str = DEFAULT_ACC,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
     (:mod:`.gemm`), with ``fuse`` their fusions and ``fuse_norm`` the RMSNorms in the
-    GEMVs (:mod:`.fuse_norm`); ``attention``: the decode attention
+    GEMVs (:mod:`.fuse_norm`; default: on with an own GEMV and ``fuse``, off with an
+    ``extension``: a DSpark manifest's plain ``decode`` is the lossless reference of its
+    ``decode_spec`` and ``verify``, which keep the captured norms); ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
+    if fuse_norm is None:   # the default: on where it applies, never with an extension
+        fuse_norm = DEFAULT_FUSE_NORM and extension is None and gemm in OWN_GEMV and fuse
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured

@@ -75,6 +75,14 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"`kern_rope_kv_norm_bf16` / `kern_rope_kv3_norm_bf16` launch (ABI.md 3d/3d′/3e/3e′, "
           f"`kern_gen/llama/fuse_rope.py` and `fuse_rope_qk_norm.py`, which prove the "
           f"patterns).\n")
+    normed = sorted(k for k in asm.kernels if ".gemm_norm" in k)
+    if normed:
+        w(f"- **RMSNorm in the GEMV's prologue** (`--fuse-norm`, the default with gemv; "
+          f"`--no-fuse-norm` keeps the captured norms): in {', '.join(f'`{k}`' for k in normed)} "
+          f"every norm of `decode` (with its residual add) and the GEMV after it are one "
+          f"`kern_gemv_norm_bf16` / `kern_gemv_norm_silu_bf16` launch over kern's own residual "
+          f"stream (`decode.residual.a`/`.b`, HF's arithmetic; ABI.md 4e, "
+          f"`kern_gen/llama/fuse_norm.py`, which proves the pattern).\n")
     return L
 
 
