@@ -87,6 +87,7 @@ constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
 constexpr int kNormElems = 8192;  // A elements a norm-prologue block holds (16 KB of bf16)
+constexpr int kNormMaxK = 4096;   // norm weight elements it stages in shared memory (8 KB)
 
 // 16 bytes of W (read-only for every program), zeros when !ok.  .L2::256B asks L2 to fetch the
 // aligned 256 bytes around the address: one warp step reads 64 bytes of each of its 16 rows
@@ -142,11 +143,13 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // launch_dependents and a __syncthreads) red[t][mi][col] holds the f32 dot product of A row
 // m0 + mi with W row base[t] + col, summed over the warps in warp order.
 //
-// Norm is a functor run right after griddepcontrol.wait: NoNorm for the plain variants (A is
+// Norm is a functor: before_wait() runs just before griddepcontrol.wait (weights only), the
+// call right after it: NoNorm for the plain variants (A is
 // read from global memory at a); NormPrologue writes the block's normed rows into shared
 // memory, and a then points there (row stride k, row 0 = A row m0).
 struct NoNorm {
     static constexpr bool kShared = false;
+    __device__ __forceinline__ void before_wait() const {}
     __device__ __forceinline__ void operator()() const {}
 };
 
@@ -192,6 +195,7 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
             wh[t][u] = ld_w(whi[t] + off, ok && hi_ok[t]);
         }
     }
+    norm.before_wait();
     asm volatile("griddepcontrol.wait;" ::: "memory");
     norm();
 #pragma unroll
@@ -283,7 +287,9 @@ __device__ __forceinline__ void store_silu(float (*red)[2][kRows][kCols], __nv_b
 // The RMSNorm prologue (ABI.md 4e), run by every thread of the block after the grid-dependency
 // wait: rows m0 .. m0 + rows - 1 of r = bf16(x + d) (x alone when !add) and their normed,
 // weighted values A = bf16(g * bf16(r * rsqrt(mean(r^2) + eps))) into xs [rows, k]; block
-// x == 0 also stores r into xo.  The sums of squares: each thread's elements in k order,
+// x == 0 also stores r into xo.  The norm weight g (never written by any program) is copied
+// into gs with cp.async before the grid-dependency wait (before_wait), so that its load is
+// off the critical path after it.  The sums of squares: each thread's elements in k order,
 // then the warp's lanes by xor shuffle, then the warps in warp order: the same bits in every
 // block.  Ends with __syncthreads (xs complete).
 struct NormPrologue {
@@ -293,9 +299,19 @@ struct NormPrologue {
     const __nv_bfloat16* g;
     __nv_bfloat16* xo;
     __nv_bfloat16* xs;
+    __nv_bfloat16* gs;        // [k] shared copy of g
     float (*ss)[kRows];       // [kMaxWarps][kRows] shared scratch
     int m, k, m0, add;
     float eps;
+
+    __device__ __forceinline__ void before_wait() const {
+        for (int i = 8 * threadIdx.x; i < k; i += 8 * blockDim.x) {
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(gs + i));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(g + i)
+                         : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
 
     __device__ __forceinline__ void operator()() const {
         const int rows = min(kRows, m - m0);
@@ -332,6 +348,7 @@ struct NormPrologue {
             for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             if (lane == 0) ss[warp][r] = sq;
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         for (int r = 0; r < rows; ++r) {
             float t = ss[0][r];
@@ -340,7 +357,7 @@ struct NormPrologue {
             for (int i = 8 * threadIdx.x; i < k; i += 8 * blockDim.x) {
                 __nv_bfloat16* p = xs + (size_t)r * k + i;
                 uint4 v = *reinterpret_cast<const uint4*>(p);
-                const uint4 gv = *reinterpret_cast<const uint4*>(g + i);
+                const uint4 gv = *reinterpret_cast<const uint4*>(gs + i);
                 __nv_bfloat162* vp = reinterpret_cast<__nv_bfloat162*>(&v);
                 const __nv_bfloat162* gp = reinterpret_cast<const __nv_bfloat162*>(&gv);
 #pragma unroll
@@ -362,7 +379,7 @@ __device__ __forceinline__ void check_norm(const void* x, const void* d, const v
                                            const void* xo, int m, int k, int m0) {
     const uintptr_t any = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d) |
                           reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(xo);
-    if ((any & 15) || min(kRows, m - m0) * k > kNormElems) __trap();
+    if ((any & 15) || min(kRows, m - m0) * k > kNormElems || k > kNormMaxK) __trap();
 }
 
 }  // namespace
@@ -401,13 +418,14 @@ kern_gemv_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* d,
     __shared__ float red[kMaxWarps][1][kRows][kCols];
     __shared__ float ss[kMaxWarps][kRows];
     __shared__ __align__(16) __nv_bfloat16 xs[kNormElems];
+    __shared__ __align__(16) __nv_bfloat16 gs[kNormMaxK];
     check_launch(x, w, k);
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     check_norm(x, d, g, xo, m, k, m0);
     const int base[1] = {n0}, lim[1] = {n};
     gemv_tiles<1>(xs, w, m, k, base, lim, m0, red,
-                  NormPrologue{x, d, g, xo, xs, ss, m, k, m0, add, eps});
+                  NormPrologue{x, d, g, xo, xs, gs, ss, m, k, m0, add, eps});
     store_plain(red, c, m, n, m0, n0);
 }
 
@@ -420,13 +438,14 @@ kern_gemv_norm_silu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* d,
     __shared__ float red[kMaxWarps][2][kRows][kCols];
     __shared__ float ss[kMaxWarps][kRows];
     __shared__ __align__(16) __nv_bfloat16 xs[kNormElems];
+    __shared__ __align__(16) __nv_bfloat16 gs[kNormMaxK];
     check_launch(x, w, k);
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     check_norm(x, d, g, xo, m, k, m0);
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
     gemv_tiles<2>(xs, w, m, k, base, lim, m0, red,
-                  NormPrologue{x, d, g, xo, xs, ss, m, k, m0, add, eps});
+                  NormPrologue{x, d, g, xo, xs, gs, ss, m, k, m0, add, eps});
     store_silu(red, c, m, n, m0, n0);
 }
 

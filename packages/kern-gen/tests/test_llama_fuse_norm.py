@@ -155,6 +155,9 @@ def test_the_kernel_holds_one_block_of_rows():
         gemm_norm(None, "verify", op, TOK)          # type: ignore[arg-type]
     with pytest.raises(WiringError, match="do not fit"):
         gemm_norm(None, "decode", op, 4)            # type: ignore[arg-type]
+    wide = Op("gemm_norm", op.label, None, args={**op.args, "k": 4104})
+    with pytest.raises(WiringError, match="do not fit"):
+        gemm_norm(None, "decode", wide, 1)          # type: ignore[arg-type]
 
 
 def test_the_regeneration_command_names_a_non_default_choice():

@@ -58,7 +58,11 @@ def variants(tmp_path_factory, gemv_cubin) -> dict[str, dict]:
                                  fuse=False)
                      for g in ("cublaslt", "gemv")}
         out[name]["fused"] = generate(cap, cfg, mined=mined, label=label, gemm="gemv",
-                                      own_cubins=own, command="uv run --frozen kern-gen")
+                                      own_cubins=own, command="uv run --frozen kern-gen",
+                                      fuse_norm=False)
+        out[name]["normed"] = generate(cap, cfg, mined=mined, label=label, gemm="gemv",
+                                       own_cubins=own, command="uv run --frozen kern-gen",
+                                       fuse_norm=True)
     return out
 
 
@@ -182,6 +186,35 @@ def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_c
                       "block": [32 * nw, 1, 1], "grid": [gx, gy, 1], "pdl": True,
                       "args": [{"arg": i} for i in range(n_args)]}, k
     assert seen == {"silu", "split"}
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_norm_gemvs_follow_the_abi(variants, name, gemv_cubin):
+    """--fuse-norm: decode's 2 norms a layer + the final one become ABI.md 4e steps with the
+    block size of the GEMV they replace; nothing else changes but the norms' residual."""
+    fused, normed = _doc(variants[name]["fused"]), _doc(variants[name]["normed"])
+    n_layers = LAYERS[name]
+    a, b = _kernels_of(fused, "decode"), _kernels_of(normed, "decode")
+    assert len(a) - len(b) == 2 * n_layers + 1
+    for prog in ("prefill", "verify", "batch"):
+        assert fused["programs"][prog] == normed["programs"][prog], prog
+    from kern_gen.llama.gemm import NORM_PARAMS
+    sha = hashlib.sha256(gemv_cubin).hexdigest()
+    counts = {"": 0, "_silu": 0}
+    for k in b:
+        m = re.fullmatch(r"decode\.gemm_norm(_silu)?\.(\d+)x(\d+)", k)
+        if not m:
+            continue
+        silu, n, kk = m.group(1) or "", int(m.group(2)), int(m.group(3))
+        counts[silu] += 1
+        (st,) = normed["kernels"][k]["impl"]["steps"]
+        assert normed["kernels"][k]["params"] == st["params"] == NORM_PARAMS
+        assert st == {"symbol": f"kern_gemv_norm{silu}_bf16", "cubin": "gemv.cubin",
+                      "sha256": sha, "params": NORM_PARAMS,
+                      "block": [32 * gemv_warps(2 * n if silu else n, kk), 1, 1],
+                      "grid": [-(-n // GEMV_COLS), 1, 1], "pdl": True,
+                      "args": [{"arg": i} for i in range(11)]}, k
+    assert counts == {"": n_layers + 1, "_silu": n_layers}
 
 
 def test_abi_example_gemv_step_is_the_generators():

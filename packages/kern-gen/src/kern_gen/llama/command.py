@@ -14,7 +14,7 @@ from kern_manifest import KernError, fail
 from . import repo
 from .errors import WiringError
 from .fuse_norm import DEFAULT_FUSE_NORM
-from .gemm import DEFAULT_GEMM, GEMM_IMPLS, OWN_GEMV
+from .gemm import DEFAULT_GEMM, GEMM_IMPLS
 from .own import (DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION,
                   DEFAULT_VERIFY_SPLITS)
 from .pipeline import generate, write
@@ -89,7 +89,7 @@ def _make(preset: str):
                          command=_command(preset, gemm, attention, fuse, verify_splits,
                                           verify_attention, fuse_norm),
                          nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
-                         fuse_norm=fuse_norm and fuse and gemm in OWN_GEMV,
+                         fuse_norm=fuse_norm and fuse and gemm == "gemv",
                          verify_splits=verify_splits, verify_attention=verify_attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
@@ -102,7 +102,7 @@ def _make(preset: str):
     return cmd
 
 
-FUSE_NORM_HELP = ("with --gemm gemv or tma and --fuse: every RMSNorm of decode (and its "
+FUSE_NORM_HELP = ("with --gemm gemv and --fuse: every RMSNorm of decode (and its "
                   "residual add) in the prologue of the GEMV after it, one launch instead of "
                   "two (kern-gen's own residual stream, HF's arithmetic)")
 

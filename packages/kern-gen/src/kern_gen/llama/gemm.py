@@ -286,8 +286,9 @@ NORM_SYMBOLS = {"gemm_norm": "kern_gemv_norm_bf16", "gemm_norm_silu": "kern_gemv
 NORM_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
                "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32", "f32"]
 """``[x, d, g, xo, w, c, m, n, k, add, eps]`` (ABI.md 4e)."""
-NORM_MAX_ELEMS = 8192
-"""Elements of A a block of those kernels holds in shared memory (its rows x k)."""
+NORM_MAX_ELEMS, NORM_MAX_K = 8192, 4096
+"""Elements of A a block of those kernels holds in shared memory (its rows x k), and the
+largest k (the norm weight it stages there)."""
 
 
 def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -299,9 +300,11 @@ def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
     symbol = NORM_SYMBOLS[op.kind]
-    if not isinstance(rows, int) or min(rows, GEMV_ROWS) * k > NORM_MAX_ELEMS:
+    if (not isinstance(rows, int) or min(rows, GEMV_ROWS) * k > NORM_MAX_ELEMS
+            or k > NORM_MAX_K):
         raise WiringError(f"{program}: {op.label}: {rows} rows of k {k} do not fit the "
-                          f"{NORM_MAX_ELEMS} elements of A `{symbol}` holds a block")
+                          f"{NORM_MAX_ELEMS} elements of A (k <= {NORM_MAX_K}) `{symbol}` "
+                          f"holds a block")
     x, d = a["x"], a.get("d", a["x"])
     _gemv_checks(program, op, ((x, "x"), (d, "d"), (a["g"], "g"), (a["xo"], "xo"),
                                (a["w"], "W")))

@@ -181,7 +181,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
     (:mod:`.gemm`), with ``fuse`` their fusions and ``fuse_norm`` the RMSNorms in the
-    GEMVs (:mod:`.fuse_norm`; default: on with an own GEMV and ``fuse``, off with an
+    GEMVs (:mod:`.fuse_norm`; default: on with ``gemm`` gemv and ``fuse``, off with an
     ``extension``: a DSpark manifest's plain ``decode`` is the lossless reference of its
     ``decode_spec`` and ``verify``, which keep the captured norms); ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
@@ -189,7 +189,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
     if fuse_norm is None:   # the default: on where it applies, never with an extension
-        fuse_norm = DEFAULT_FUSE_NORM and extension is None and gemm in OWN_GEMV and fuse
+        fuse_norm = DEFAULT_FUSE_NORM and extension is None and gemm == "gemv" and fuse
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -207,11 +207,12 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if extension is not None:
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
+    if fuse_norm and not (gemm == "gemv" and fuse):
+        raise WiringError("--fuse-norm needs --gemm gemv and --fuse: the norm goes into the "
+                          "own GEMV's prologue (kernels/gemv.cu; the bulk-copy GEMV has no "
+                          "such variant)")
     if gemm in OWN_GEMV and fuse:
         programs = _fused(programs, cfg, arch, fuse_norm)
-    elif fuse_norm:
-        raise WiringError("--fuse-norm needs --gemm gemv (or tma) and --fuse: the norm goes "
-                          "into the own GEMV's prologue")
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
