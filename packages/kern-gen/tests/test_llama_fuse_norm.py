@@ -162,4 +162,4 @@ def test_the_kernel_holds_one_block_of_rows():
 
 def test_the_regeneration_command_names_a_non_default_choice():
     assert _command("llama", "gemv").endswith("kern-gen llama")
-    assert _command("llama", "gemv", fuse_norm=False).endswith("kern-gen llama --no-fuse-norm")
+    assert _command("llama", "gemv", fuse_norm=True).endswith("kern-gen llama --fuse-norm")

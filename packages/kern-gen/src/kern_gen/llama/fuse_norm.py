@@ -1,4 +1,5 @@
-"""RMSNorm into the next GEMV's prologue (``--fuse-norm``, the one-row ``decode`` program).
+"""RMSNorm into the next GEMV's prologue (``--fuse-norm``, the one-row ``decode`` program; an
+option, off by default: measured slower, :data:`DEFAULT_FUSE_NORM`).
 
 Why: a decode step is bound by launches (issue 16).  Every RMSNorm of the one-token graph is
 a captured Inductor kernel that also does the residual adds (2 a layer + the final norm:
@@ -41,8 +42,13 @@ if TYPE_CHECKING:
 RESIDUAL = ("{p}.residual.a", "{p}.residual.b")
 """The two residual workspaces of program ``p`` (bf16 ``[rows, hidden]``): ``r_t`` lives in
 ``RESIDUAL[t % 2]``."""
-DEFAULT_FUSE_NORM = True
-"""``kern-gen llama|qwen3 --fuse-norm`` default (the A/B: docs/measurements.md, issue 16)."""
+DEFAULT_FUSE_NORM = False
+"""``kern-gen llama|qwen3 --fuse-norm`` default: off, because it measured slower.  H200,
+``kern-run bench --lever`` in one run (docs/measurements.md, issue 16, session 20): Qwen3-4B
+shape 2.972 ms/token fused vs 2.947 captured norms; SmolLM2 0.714 vs 0.700.  The 73 / 61
+launches it saves cost less than the norm now on every GEMV block's critical path (the
+GEMVs alone +0.18 ms on Qwen3); HF's bf16 residual also lands farther from fp32 than
+Inductor's f32 sums (SmolLM2 median rel. error 0.0197 vs 0.0135; Qwen3 0.0359 vs 0.0274)."""
 FUSED_KIND = {"gemm": "gemm_norm", "gemm_silu": "gemm_norm_silu"}
 """The GEMV a norm is taken into -> the fused op's kind."""
 PROGRAMS = frozenset({"decode"})

@@ -181,9 +181,10 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
     (:mod:`.gemm`), with ``fuse`` their fusions and ``fuse_norm`` the RMSNorms in the
-    GEMVs (:mod:`.fuse_norm`; default: on with ``gemm`` gemv and ``fuse``, off with an
-    ``extension``: a DSpark manifest's plain ``decode`` is the lossless reference of its
-    ``decode_spec`` and ``verify``, which keep the captured norms); ``attention``: the decode attention
+    GEMVs (:mod:`.fuse_norm`; None: :data:`~.fuse_norm.DEFAULT_FUSE_NORM` with ``gemm``
+    gemv and ``fuse``, never with an ``extension``: a DSpark manifest's plain ``decode`` is
+    the lossless reference of its ``decode_spec`` and ``verify``, which keep the captured
+    norms); ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""

@@ -77,8 +77,8 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"patterns).\n")
     normed = sorted(k for k in asm.kernels if ".gemm_norm" in k)
     if normed:
-        w(f"- **RMSNorm in the GEMV's prologue** (`--fuse-norm`, the default with gemv; "
-          f"`--no-fuse-norm` keeps the captured norms): in {', '.join(f'`{k}`' for k in normed)} "
+        w(f"- **RMSNorm in the GEMV's prologue** (`--fuse-norm`, with gemv; not the default, "
+          f"measured slower on the H200): in {', '.join(f'`{k}`' for k in normed)} "
           f"every norm of `decode` (with its residual add) and the GEMV after it are one "
           f"`kern_gemv_norm_bf16` / `kern_gemv_norm_silu_bf16` launch over kern's own residual "
           f"stream (`decode.residual.a`/`.b`, HF's arithmetic; ABI.md 4e, "
