@@ -18,7 +18,7 @@ from kern_gen.llama import fuse_rope as FR
 from kern_gen.llama import merge as M
 from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.command import PRESETS, _command
-from kern_gen.llama.fuse_norm import RESIDUAL, fuse_norms
+from kern_gen.llama.fuse_norm import PARTS, RESIDUAL, fuse_norms
 from kern_gen.llama.gemm import gemm_norm
 from kern_gen.llama.ir import TOK, Op, Ref, reads, writes
 from kern_gen.llama.programs import PROGRAMS
@@ -51,41 +51,53 @@ def test_fused_decode_normalises_the_residual_stream(decode):
     cfg, arch, prog = decode
     fused = fuse_norms(prog, cfg, arch)
     assert len(prog.ops) - len(fused.ops) == 2 * cfg.layers + 1
-    norms = [o for o in fused.ops if o.kind in ("gemm_norm", "gemm_norm_silu")]
+    kinds = [o.kind for o in fused.ops]
+    assert kinds.count("gemm_res") == 2 * cfg.layers
+    assert kinds.count("gemm_norm") == 1
+    assert kinds.count("gemm_rnorm") + kinds.count("gemm_rnorm_silu") == 2 * cfg.layers
+    norms = [o for o in fused.ops if o.kind in ("gemm_norm", "gemm_rnorm", "gemm_rnorm_silu")]
     assert [o.args["g"].buf for o in norms] == arch.norm_weights(cfg)
-    # symbolic replay: the residual each fused op normalises, as the producers summed into it
+    res, parts = RESIDUAL.format(p="decode"), PARTS.format(p="decode")
+    # symbolic replay: the residual each norm normalises, as the producers summed into it,
+    # and the partial sums it reads come from the last GEMM that added to it
     last: dict[str, str] = {}
-    value: dict[str, Counter] = {}
+    value: Counter = Counter()
     expected = Counter({"embed": 1})
     for o in fused.ops:
-        if o in norms:
+        if o.kind == "gemm_norm":
+            assert last[o.args["x"].buf] == "embed" and o.args["xo"].buf == res
+            value = Counter({"embed": 1})
+        elif o.kind == "gemm_res":
+            assert o.args["res"].buf == res and o.args["parts"].buf == parts
+            assert o.label.endswith(("o_proj", "down_proj"))
+            value[o.label] += 1
+        elif o in norms:
             t = norms.index(o)
-            if t:
-                layer = (t - 1) // 2
-                expected[f"L{layer}.self_attn.o_proj" if t % 2 else f"L{layer}.mlp.down_proj"] += 1
-                got = value[o.args["x"].buf] + Counter({last[o.args["d"].buf]: 1})
-            else:
-                assert "d" not in o.args
-                got = Counter({last[o.args["x"].buf]: 1})
-            assert got == expected, o.label
-            assert o.args["xo"].buf == RESIDUAL[t % 2].format(p="decode")
+            layer = (t - 1) // 2
+            expected[f"L{layer}.self_attn.o_proj" if t % 2 else f"L{layer}.mlp.down_proj"] += 1
+            assert (o.args["r"].buf, o.args["ss"].buf) == (res, parts)
+            assert last[parts] == (f"L{layer}.self_attn.o_proj" if t % 2
+                                   else f"L{layer}.mlp.down_proj")
+            assert o.args["p"] == -(-cfg.hidden // 16)
+        if o in norms:
+            assert value == expected, o.label
             assert o.args["eps"] == cfg.eps
-            value[o.args["xo"].buf] = got
         for _, r in writes(o):
             last[r.buf] = o.label
     assert sum(expected.values()) == 2 * cfg.layers + 1
-    # every kept op reads its workspaces from the producers it read them from before
+    # every other op reads its workspaces from the producers it read them from before
     gemvs = [prog.ops[j + 1].label for j in range(len(prog.ops) - 1)
              if prog.ops[j].kind == "mined" and prog.ops[j + 1].kind in ("gemm", "gemm_silu")
              and prog.ops[j + 1].args["a"] == prog.ops[j].ptrs[max(prog.ops[j].ptrs)][1]]
     assert len(gemvs) == len(norms)
     before = _producers(prog.ops, {})
     after = _producers(fused.ops, {o.label: g for o, g in zip(norms, gemvs)})
-    kept = [o.label for o in fused.ops if o not in norms]
-    assert len(kept) > 4 * cfg.layers
+    kept = [o.label for o in fused.ops if o not in norms and o.kind != "gemm_res"]
+    assert len(kept) > 2 * cfg.layers
     for label in kept:
         assert after[label] == before[label], label
-    assert set(fused.bufs) >= {RESIDUAL[0].format(p="decode"), RESIDUAL[1].format(p="decode")}
+    assert {res, parts} <= set(fused.bufs)
+    assert fused.bufs[res].dtype == fused.bufs[parts].dtype == "f32"
 
 
 def _norm_at(prog, t: int) -> int:
@@ -143,6 +155,17 @@ def test_a_later_reader_of_a_dropped_norms_output_is_refused(decode):
     ops = list(prog.ops)
     ops.insert(j + 2, reader)
     with pytest.raises(WiringError, match="which --fuse-norm drops"):
+        fuse_norms(replace(prog, ops=ops), cfg, arch)
+
+
+def test_a_reader_of_a_replaced_gemms_output_is_refused(decode):
+    cfg, arch, prog = decode
+    j = _norm_at(prog, 2)               # L0's down_proj is at j - 1
+    reader = Op("mined", "L9.reader", None,
+                ptrs={0: ("in", prog.ops[j - 1].args["c"]), 1: ("out", Ref(buf="z"))})
+    ops = list(prog.ops)
+    ops.insert(j + 2, reader)
+    with pytest.raises(WiringError, match="added to the residual instead"):
         fuse_norms(replace(prog, ops=ops), cfg, arch)
 
 

@@ -190,31 +190,34 @@ def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_c
 
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_norm_gemvs_follow_the_abi(variants, name, gemv_cubin):
-    """--fuse-norm: decode's 2 norms a layer + the final one become ABI.md 4e steps with the
-    block size of the GEMV they replace; nothing else changes but the norms' residual."""
+    """--fuse-norm: decode's 2 norms a layer + the final one disappear; the GEMVs around them
+    become ABI.md 4e steps with the block size of the GEMVs they replace; the other programs
+    do not change."""
     fused, normed = _doc(variants[name]["fused"]), _doc(variants[name]["normed"])
     n_layers = LAYERS[name]
     a, b = _kernels_of(fused, "decode"), _kernels_of(normed, "decode")
     assert len(a) - len(b) == 2 * n_layers + 1
     for prog in ("prefill", "verify", "batch"):
         assert fused["programs"][prog] == normed["programs"][prog], prog
-    from kern_gen.llama.gemm import NORM_PARAMS
+    from kern_gen.llama.gemm import NORM_PARAMS, RES_PARAMS, RNORM_PARAMS
     sha = hashlib.sha256(gemv_cubin).hexdigest()
-    counts = {"": 0, "_silu": 0}
+    counts: dict[str, int] = {}
     for k in b:
-        m = re.fullmatch(r"decode\.gemm_norm(_silu)?\.(\d+)x(\d+)", k)
+        m = re.fullmatch(r"decode\.gemm_(norm|rnorm|rnorm_silu|res)\.(\d+)x(\d+)", k)
         if not m:
             continue
-        silu, n, kk = m.group(1) or "", int(m.group(2)), int(m.group(3))
-        counts[silu] += 1
+        kind, n, kk = m.group(1), int(m.group(2)), int(m.group(3))
+        counts[kind] = counts.get(kind, 0) + 1
+        params = {"norm": NORM_PARAMS, "res": RES_PARAMS}.get(kind, RNORM_PARAMS)
         (st,) = normed["kernels"][k]["impl"]["steps"]
-        assert normed["kernels"][k]["params"] == st["params"] == NORM_PARAMS
-        assert st == {"symbol": f"kern_gemv_norm{silu}_bf16", "cubin": "gemv.cubin",
-                      "sha256": sha, "params": NORM_PARAMS,
-                      "block": [32 * gemv_warps(2 * n if silu else n, kk), 1, 1],
+        assert normed["kernels"][k]["params"] == st["params"] == params
+        assert st == {"symbol": f"kern_gemv_{kind}_bf16", "cubin": "gemv.cubin",
+                      "sha256": sha, "params": params,
+                      "block": [32 * gemv_warps(2 * n if kind == "rnorm_silu" else n, kk), 1, 1],
                       "grid": [-(-n // GEMV_COLS), 1, 1], "pdl": True,
-                      "args": [{"arg": i} for i in range(11)]}, k
-    assert counts == {"": n_layers + 1, "_silu": n_layers}
+                      "args": [{"arg": i} for i in range(len(params))]}, k
+    assert counts == {"norm": 1, "rnorm": n_layers, "rnorm_silu": n_layers,
+                      "res": 2 * n_layers}
 
 
 def test_abi_example_gemv_step_is_the_generators():

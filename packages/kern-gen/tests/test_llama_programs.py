@@ -43,7 +43,7 @@ def test_an_op_without_emitter_is_refused():
     with pytest.raises(WiringError, match="draft: op `L0.x` of kind `mystery` has no emitter"):
         _asm().manifest([prog], 8)
     assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "gemm_norm",
-            "gemm_norm_silu", "embedding", "angles",
+            "gemm_rnorm", "gemm_rnorm_silu", "gemm_res", "embedding", "angles",
             "rope_kv", "attention", "argmax", "markov", "accept"} == set(EMIT)
 
 

@@ -157,16 +157,31 @@ class Kernels:
         f((-(-(n2 // 2) // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n2 // 2), np.int32(k)))
 
-    def gemv_norm(self, x, d, g, xo, w, c, add, eps, silu=False, warps=None):
-        """c = gemv(rmsnorm(x + d) * g) (ABI.md 4e), xo = x + d; ``silu``: w [2n, k] and
-        the SiLU·mul epilogue (warps default: the generator's rule for the merged shape)."""
-        m, (nw_rows, k) = x.shape[0], w.shape
-        n = nw_rows // 2 if silu else nw_rows
-        warps = gemv_warps(nw_rows, k) if warps is None else warps
-        f = self.fn("gemv.cubin", "kern_gemv_norm_silu_bf16" if silu else "kern_gemv_norm_bf16")
-        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
-          (ptr(x), ptr(d), ptr(g), ptr(xo), ptr(w), ptr(c), np.int32(m), np.int32(n),
-           np.int32(k), np.int32(add), np.float32(eps)))
+    def gemv_norm(self, x, g, xo, w, c, eps):
+        """Norm 0 + GEMV (ABI.md 4e): c = gemv(rmsnorm(x) * g), xo = f32(x)."""
+        m, (n, k) = x.shape[0], w.shape
+        f = self.fn("gemv.cubin", "kern_gemv_norm_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(n, k), 1, 1),
+          (ptr(x), ptr(g), ptr(xo), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
+           np.float32(eps)))
+
+    def gemv_rnorm(self, r, parts, g, w, c, eps, silu=False):
+        """c = gemv(rmsnorm(r) * g) with the sum of squares from ``parts`` [m, p] (ABI.md
+        4e); ``silu``: w [2n, k] and the SiLU·mul epilogue."""
+        m, (rows_w, k), p = r.shape[0], w.shape, parts.shape[1]
+        n = rows_w // 2 if silu else rows_w
+        f = self.fn("gemv.cubin", "kern_gemv_rnorm_silu_bf16" if silu else "kern_gemv_rnorm_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(rows_w, k), 1, 1),
+          (ptr(r), ptr(parts), ptr(g), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
+           np.int32(p), np.float32(eps)))
+
+    def gemv_res(self, a, w, r, parts):
+        """r += f32(bf16(a @ w^T)) in place, parts[m, ceil(n / 16)] its 16-column sums of
+        squares (ABI.md 4e)."""
+        m, (n, k) = a.shape[0], w.shape
+        f = self.fn("gemv.cubin", "kern_gemv_res_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(n, k), 1, 1),
+          (ptr(a), ptr(w), ptr(r), ptr(parts), np.int32(m), np.int32(n), np.int32(k)))
 
     def gemv_split3(self, a, w, outs, widths, warps):
         """outs[i][m, widths[i]] = a @ (rows of part i of w)^T (ABI.md 4b)."""

@@ -179,12 +179,16 @@ FUSED_GEMV_PARAMS = {
                               "i32", "i32"],
     "kern_gemv_acc_bf16": ["in buffer<bf16>", "in buffer<bf16>", "inout buffer<bf16>", "i32",
                            "i32", "i32"],
-    "kern_gemv_norm_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
-                            "out buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",
-                            "i32", "i32", "i32", "f32"],
-    "kern_gemv_norm_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>",
-                                 "out buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
-                                 "i32", "i32", "i32", "i32", "f32"],
+    "kern_gemv_norm_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<f32>",
+                            "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "f32"],
+    "kern_gemv_rnorm_bf16": ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>",
+                             "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32",
+                             "f32"],
+    "kern_gemv_rnorm_silu_bf16": ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>",
+                                  "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32",
+                                  "i32", "f32"],
+    "kern_gemv_res_bf16": ["in buffer<bf16>", "in buffer<bf16>", "inout buffer<f32>",
+                           "out buffer<f32>", "i32", "i32", "i32"],
 }
 
 
@@ -196,7 +200,9 @@ def test_fused_gemv_params_are_documented_and_the_generators():
                                  "kern_gemv_split3_bf16": SPLIT_PARAMS,
                                  "kern_gemv_acc_bf16": gemm.ACC_PARAMS,
                                  "kern_gemv_norm_bf16": gemm.NORM_PARAMS,
-                                 "kern_gemv_norm_silu_bf16": gemm.NORM_PARAMS}
+                                 "kern_gemv_rnorm_bf16": gemm.RNORM_PARAMS,
+                                 "kern_gemv_rnorm_silu_bf16": gemm.RNORM_PARAMS,
+                                 "kern_gemv_res_bf16": gemm.RES_PARAMS}
     for params in FUSED_GEMV_PARAMS.values():
         assert tuple(params) in doc_lists
 

@@ -326,7 +326,8 @@ def mined(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
 
 EMIT: dict[str, Emitter] = {
     "mined": mined, "gemm": G.gemm, "gemm_acc": G.gemm_acc, "gemm_silu": G.gemm_silu,
-    "gemm_split": G.gemm_split, "gemm_norm": G.gemm_norm, "gemm_norm_silu": G.gemm_norm,
+    "gemm_split": G.gemm_split, "gemm_norm": G.gemm_norm, "gemm_rnorm": G.gemm_norm,
+    "gemm_rnorm_silu": G.gemm_norm, "gemm_res": G.gemm_res,
     "embedding": own.embedding, "angles": own.rope_angles,
     "rope_kv": own.rope_kv,
     "attention": own.attention, "argmax": own.argmax, "markov": markov, "accept": accept,

@@ -280,42 +280,79 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
                      asm.arg(a["c2"]), _m(rows), *({"i32": x} for x in widths), {"i32": k}]}
 
 
-NORM_SYMBOLS = {"gemm_norm": "kern_gemv_norm_bf16", "gemm_norm_silu": "kern_gemv_norm_silu_bf16"}
-"""The GEMVs with the RMSNorm prologue (kernels/gemv.cu, ABI.md 4e) by the op kind of
+NORM_SYMBOLS = {"gemm_norm": "kern_gemv_norm_bf16", "gemm_rnorm": "kern_gemv_rnorm_bf16",
+                "gemm_rnorm_silu": "kern_gemv_rnorm_silu_bf16", "gemm_res": "kern_gemv_res_bf16"}
+"""The GEMVs that carry the RMSNorms (kernels/gemv.cu, ABI.md 4e) by the op kind of
 :mod:`.fuse_norm`."""
-NORM_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>",
-               "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32", "f32"]
-"""``[x, d, g, xo, w, c, m, n, k, add, eps]`` (ABI.md 4e)."""
+NORM_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "out buffer<f32>", "in buffer<bf16>",
+               "out buffer<bf16>", "i32", "i32", "i32", "f32"]
+"""``[x, g, xo, w, c, m, n, k, eps]``: norm 0 and the GEMV after it (ABI.md 4e)."""
+RNORM_PARAMS = ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>", "in buffer<bf16>",
+                "out buffer<bf16>", "i32", "i32", "i32", "i32", "f32"]
+"""``[r, parts, g, w, c, m, n, k, p, eps]``: norm ``t > 0`` and the GEMV after it."""
+RES_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "inout buffer<f32>", "out buffer<f32>",
+              "i32", "i32", "i32"]
+"""``[a, w, r, parts, m, n, k]``: the GEMM whose output a norm adds (ABI.md 4e)."""
 NORM_MAX_ELEMS, NORM_MAX_K = 8192, 4096
-"""Elements of A a block of those kernels holds in shared memory (its rows x k), and the
+"""Elements of A a block of the norm kernels holds in shared memory (its rows x k), and the
 largest k (the norm weight it stages there)."""
 
 
-def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """Residual add + RMSNorm + GEMV (plain or with the SiLU·mul epilogue) in one launch
-    (:mod:`.fuse_norm`): the own kernel with the block size of the GEMV it replaces
-    (:func:`gemv_warps` of ``n x k``, ``2n x k`` for gate/up: the same dot products); without
-    ``d`` (norm 0) the kernel gets ``x`` twice and ``add`` 0."""
-    a = op.args
-    rows = a.get("rows", rows)
-    n, k = a["n"], a["k"]
-    symbol = NORM_SYMBOLS[op.kind]
+def _norm_rows(program: str, op: Op, rows: Any, k: int) -> None:
     if (not isinstance(rows, int) or min(rows, GEMV_ROWS) * k > NORM_MAX_ELEMS
             or k > NORM_MAX_K):
         raise WiringError(f"{program}: {op.label}: {rows} rows of k {k} do not fit the "
-                          f"{NORM_MAX_ELEMS} elements of A (k <= {NORM_MAX_K}) `{symbol}` "
-                          f"holds a block")
-    x, d = a["x"], a.get("d", a["x"])
-    _gemv_checks(program, op, ((x, "x"), (d, "d"), (a["g"], "g"), (a["xo"], "xo"),
-                               (a["w"], "W")))
-    silu = op.kind == "gemm_norm_silu"
+                          f"{NORM_MAX_ELEMS} elements of A (k <= {NORM_MAX_K}) "
+                          f"`{NORM_SYMBOLS[op.kind]}` holds a block")
+
+
+def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """A norm and the GEMV after it in one launch (:mod:`.fuse_norm`): norm 0
+    (``gemm_norm``: the bf16 residual ``x``, the f32 stream started in ``xo``) or a later one
+    (``gemm_rnorm[_silu]``: the f32 residual ``r`` and its ``p`` partial sums ``ss``), with
+    the block size of the GEMV it replaces (:func:`gemv_warps` of ``n x k``, ``2n x k`` for
+    gate/up: the same dot products)."""
+    a = op.args
+    rows = a.get("rows", rows)
+    n, k = a["n"], a["k"]
+    _norm_rows(program, op, rows, k)
+    symbol, silu = NORM_SYMBOLS[op.kind], op.kind == "gemm_rnorm_silu"
+    first = op.kind == "gemm_norm"
+    refs = ((a["x"], "x"), (a["xo"], "xo")) if first else ((a["r"], "r"), (a["ss"], "ss"))
+    _gemv_checks(program, op, (*refs, (a["g"], "g"), (a["w"], "W")))
     nw = gemv_warps(2 * n if silu else n, k)
-    st = _gemv_step(asm, symbol, NORM_PARAMS, n, nw, rows)
+    params = NORM_PARAMS if first else RNORM_PARAMS
+    st = _gemv_step(asm, symbol, params, n, nw, rows)
     what = "gate/up GEMV + SiLU·mul" if silu else "GEMV"
-    name = asm.kernel_named(f"{program}.gemm_norm{'_silu' if silu else ''}.{n}x{k}",
-                            {"params": NORM_PARAMS, "impl": {"steps": [st]}},
-                            f"own `{symbol}` (residual add + RMSNorm + {what}, {nw} warps)")
+    name = asm.kernel_named(f"{program}.{op.kind}.{n}x{k}",
+                            {"params": params, "impl": {"steps": [st]}},
+                            f"own `{symbol}` (RMSNorm{' 0' if first else ''} + {what}, "
+                            f"{nw} warps)")
+    head = ([asm.arg(a["x"]), asm.arg(a["g"]), asm.arg(a["xo"])] if first else
+            [asm.arg(a["r"]), asm.arg(a["ss"]), asm.arg(a["g"])])
+    tail = [] if first else [{"i32": a["p"]}]
     return {"label": op.label, "kernel": name,
-            "args": [asm.arg(x), asm.arg(d), asm.arg(a["g"]), asm.arg(a["xo"]),
-                     asm.arg(a["w"]), asm.arg(a["c"]), _m(rows), {"i32": n}, {"i32": k},
-                     {"i32": int("d" in a)}, {"f32": a["eps"]}]}
+            "args": [*head, asm.arg(a["w"]), asm.arg(a["c"]), _m(rows), {"i32": n},
+                     {"i32": k}, *tail, {"f32": a["eps"]}]}
+
+
+def gemm_res(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
+    """The GEMM whose output a norm adds (:mod:`.fuse_norm`): ``kern_gemv_res_bf16`` adds
+    it to the f32 residual ``res`` in place and writes the blocks' sums of squares into
+    ``parts``; the block size of the GEMV it replaces (at least 4 warps: the kernel's
+    epilogue)."""
+    a = op.args
+    n, k = a["n"], a["k"]
+    _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W"), (a["res"], "res")))
+    nw = gemv_warps(n, k)
+    if nw < 4:
+        raise WiringError(f"{program}: {op.label}: {nw} warps for n {n} k {k}; "
+                          f"`kern_gemv_res_bf16` needs at least 4")
+    st = _gemv_step(asm, NORM_SYMBOLS["gemm_res"], RES_PARAMS, n, nw, rows)
+    name = asm.kernel_named(f"{program}.gemm_res.{n}x{k}",
+                            {"params": RES_PARAMS, "impl": {"steps": [st]}},
+                            f"own `kern_gemv_res_bf16` (GEMV + residual add + partial sums "
+                            f"of squares, {nw} warps)")
+    return {"label": op.label, "kernel": name,
+            "args": [asm.arg(a["a"]), asm.arg(a["w"]), asm.arg(a["res"]),
+                     asm.arg(a["parts"]), _m(rows), {"i32": n}, {"i32": k}]}

@@ -73,7 +73,7 @@ def is_weight(buf: str | None) -> bool:
 @dataclass
 class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | gemm_norm
-                       # | gemm_norm_silu | embedding | angles
+                       # | gemm_res | gemm_rnorm | gemm_rnorm_silu | embedding | angles
                        # | rope_kv | attention | argmax | markov | accept
     label: str
     site: Site | None = None
@@ -98,12 +98,12 @@ class Program:
     bufs: dict[str, Buf]
 
 
-OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "xo", "next_ids", "next_pos", "draft_lens",
-               "verify_lens")
+OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "xo", "parts", "next_ids", "next_pos",
+               "draft_lens", "verify_lens")
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
-INOUT_ARGS = ("acc", "kc", "vc")
+INOUT_ARGS = ("acc", "kc", "vc", "res")
 """The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ;
-``rope_kv``: rows of the K/V states)."""
+``rope_kv``: rows of the K/V states; ``gemm_res``: the f32 residual stream)."""
 
 
 def refs(o: Op) -> list[Ref]:

@@ -75,14 +75,14 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"`kern_rope_kv_norm_bf16` / `kern_rope_kv3_norm_bf16` launch (ABI.md 3d/3d′/3e/3e′, "
           f"`kern_gen/llama/fuse_rope.py` and `fuse_rope_qk_norm.py`, which prove the "
           f"patterns).\n")
-    normed = sorted(k for k in asm.kernels if ".gemm_norm" in k)
+    normed = sorted(k for k in asm.kernels if ".gemm_norm." in k or ".gemm_rnorm" in k
+                    or ".gemm_res." in k)
     if normed:
-        w(f"- **RMSNorm in the GEMV's prologue** (`--fuse-norm`, with gemv; not the default, "
-          f"measured slower on the H200): in {', '.join(f'`{k}`' for k in normed)} "
-          f"every norm of `decode` (with its residual add) and the GEMV after it are one "
-          f"`kern_gemv_norm_bf16` / `kern_gemv_norm_silu_bf16` launch over kern's own residual "
-          f"stream (`decode.residual.a`/`.b`, HF's arithmetic; ABI.md 4e, "
-          f"`kern_gen/llama/fuse_norm.py`, which proves the pattern).\n")
+        w(f"- **RMSNorms split between the GEMVs around them** (`--fuse-norm`, with gemv): "
+          f"in {', '.join(f'`{k}`' for k in normed)} the GEMM before each norm of `decode` "
+          f"adds its output to an f32 residual stream and sums its squares by block, and the "
+          f"GEMV after it normalises in its prologue; the captured norm kernels are gone "
+          f"(ABI.md 4e, `kern_gen/llama/fuse_norm.py`, which proves the pattern).\n")
     return L
 
 

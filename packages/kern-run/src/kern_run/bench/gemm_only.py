@@ -2,8 +2,8 @@
 whose kernels are GEMMs (cuBLASLt externs, or kern-gen's kernels named ``gemm…`` or
 ``<program>.gemm.<n>x<k>``, whichever implementation they have: ``kern-gen --gemm``, and its
 fused GEMVs ``<program>.gemm_silu.…`` / ``<program>.gemm_split.…`` and
-``<program>.gemm_norm.…`` / ``<program>.gemm_norm_silu.…``, whose time includes the
-RMSNorm in their prologue), with
+those of ``kern-gen --fuse-norm`` (``<program>.gemm_norm.…``, ``.gemm_rnorm[_silu].…``,
+``.gemm_res.…``), whose time includes the RMSNorms split between them), with
 the same weights, so that ``kern-run bench`` can time
 "the same step's GEMMs" through the same runtime path as the whole step.
 
@@ -21,7 +21,8 @@ from kern_manifest import Manifest, encode, parse_param_type
 
 from ..errors import KernRunError
 
-GEMM_NAMES = ("gemm", "gemm_silu", "gemm_split", "gemm_norm", "gemm_norm_silu")
+GEMM_NAMES = ("gemm", "gemm_silu", "gemm_split", "gemm_norm", "gemm_rnorm", "gemm_rnorm_silu",
+              "gemm_res")
 """The middle part of kern-gen's few-row GEMM kernel names (``decode.gemm_silu.1536x576``)."""
 
 
