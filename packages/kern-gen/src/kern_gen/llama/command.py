@@ -102,10 +102,10 @@ def _make(preset: str):
     return cmd
 
 
-FUSE_NORM_HELP = ("with --gemm gemv and --fuse: every RMSNorm of decode (and its "
-                  "residual add) in the prologue of the GEMV after it, one launch instead of "
-                  "two (kern-gen's own residual stream, HF's arithmetic); off by default: "
-                  "measured slower on the H200")
+FUSE_NORM_HELP = ("with --gemm gemv and --fuse: every RMSNorm of decode (with its "
+                  "residual adds) split between the GEMVs around it, no norm launch (the "
+                  "GEMM before it keeps an f32 residual stream and sums of squares, the "
+                  "GEMV after it normalises); off by default: not faster")
 
 
 VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DSpark draft: "

@@ -1,4 +1,5 @@
-"""RMSNorm into the GEMVs around it (``--fuse-norm``, the one-row ``decode`` program).
+"""RMSNorm into the GEMVs around it (``--fuse-norm``, the one-row ``decode`` program; an
+option, off by default: not faster, :data:`DEFAULT_FUSE_NORM`).
 
 Why: a decode step is bound by launches and by each kernel's chain of dependent loads
 (issue 16).  Every RMSNorm of the one-token graph is a captured Inductor kernel that also
@@ -50,7 +51,13 @@ PARTS = "{p}.residual.parts"
 """Its sums of squares, f32 ``[rows, ceil(hidden / 16)]``: one per block of the last
 ``kern_gemv_res_bf16``."""
 DEFAULT_FUSE_NORM = False
-"""``kern-gen llama|qwen3 --fuse-norm`` default (docs/measurements.md, issue 16, session 20)."""
+"""``kern-gen llama|qwen3 --fuse-norm`` default: off, because it is not faster.  H100,
+``kern-run bench --lever`` in one run (docs/measurements.md, issue 16, session 20): Qwen3-4B
+shape 3.644 ms/token against 3.641 with the captured norms; the GEMVs alone 3.270 against
+3.109 ms.  Under PDL the captured norms run while the next GEMV streams its weights, so the
+73 launches saved cost about what they cost.  (An earlier form that did the whole norm in the
+next GEMV's prologue was slower on the H200: 2.972 vs 2.947, SmolLM2 0.714 vs 0.700.)  More
+accurate though: Qwen3 teacher-forced median error vs fp32 0.0258 against 0.0274."""
 FUSED_KIND = {"gemm": "gemm_rnorm", "gemm_silu": "gemm_rnorm_silu"}
 """The GEMV after norm ``t > 0`` -> the fused op's kind (norm 0: ``gemm_norm``)."""
 PROGRAMS = frozenset({"decode"})
