@@ -56,21 +56,18 @@
 //     (4 or 8 accumulating GEMMs a verify) and its Markov head (one a draft row).
 //   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
-// Two more take the RMSNorm that precedes the GEMM into their prologue (ABI.md 4e; kern-gen
-// `--fuse-norm`, the one-row `decode` program): the residual add, the norm and the GEMV of
-// the normed row in one launch instead of a captured Inductor norm kernel and the GEMV.
-//   kern_gemv_norm_bf16(x, d, g, xo, w, c, m, n, k, add, eps) and
-//   kern_gemv_norm_silu_bf16(...) (the same with §4a's SiLU·mul epilogue, w [2n, k]):
-//     r = bf16(x + d) (x alone when add == 0), A = bf16(g * bf16(r * rsqrt(mean(r^2) + eps)))
-//     row by row, then C = A . W^T as kern_gemv_bf16 / kern_gemv_silu_bf16 compute it from
-//     that A.  x, d, xo bf16 [m, k], g bf16 [k]; block x == 0 of each row block writes r to
-//     xo (the next norm's residual: xo must not be x or d, other blocks still read them).
-//     Every block computes the same A (same code, same order) into shared memory: at most
-//     kNormElems (8192) elements of A a block (rows of the block x k), else it traps.
-//     This is HF's LlamaRMSNorm / Qwen3RMSNorm arithmetic after a bf16 residual add (f32
-//     mean of squares, one rounding before the weight multiply and one after), not the
-//     captured Inductor kernel's (which keeps the sums in f32): the reason is the launch
-//     it saves; docs/measurements.md issue 16 has the A/B.
+// Four more carry an RMSNorm between them (ABI.md 4e; `kern-gen --fuse-norm`, an option:
+// measured no faster, docs/measurements.md issue 16, session 20), over an f32 residual
+// stream r [m, k] and its sums of squares by 16-column block, parts [m, p]:
+//   kern_gemv_res_bf16(a, w, r, parts, m, n, k): kern_gemv_bf16's d = bf16(a . w^T), then
+//     r += f32(d) in place and parts[i, blockIdx.x] = the block's sum of r^2 (d not stored);
+//   kern_gemv_rnorm_bf16 / kern_gemv_rnorm_silu_bf16(r, parts, g, w, c, m, n, k, p, eps):
+//     A = bf16(g * (r * rsqrt(sum(parts) / k + eps))) in the prologue, then kern_gemv_bf16 /
+//     kern_gemv_silu_bf16 of that A;
+//   kern_gemv_norm_bf16(x, g, xo, w, c, m, n, k, eps): norm 0, the bf16 row x is the
+//     residual: the block sums the squares, block 0 stores xo = f32(x), then the GEMV.
+// The arithmetic is the captured Inductor norm kernels' (f32, one rounding); every block
+// computes the same A into shared memory (at most 8192 elements, k <= 4096, else trap).
 //
 // Programmatic dependent launch: the first batch of W is requested before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel

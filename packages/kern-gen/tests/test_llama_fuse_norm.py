@@ -186,3 +186,14 @@ def test_the_kernel_holds_one_block_of_rows():
 def test_the_regeneration_command_names_a_non_default_choice():
     assert _command("llama", "gemv").endswith("kern-gen llama")
     assert _command("llama", "gemv", fuse_norm=True).endswith("kern-gen llama --fuse-norm")
+
+
+@pytest.mark.skipif(not (ROOT / PRESETS["llama"][0]).is_dir(), reason="capture absent")
+@pytest.mark.parametrize("gemm,fuse", [("tma", True), ("gemv", False), ("cublaslt", True)])
+def test_fuse_norm_needs_the_register_gemv_and_fuse(gemm, fuse):
+    from kg_own import own_committed
+
+    from kern_gen.llama.pipeline import generate
+    cap, cfg, ex = (ROOT / p for p in PRESETS["llama"][:3])
+    with pytest.raises(WiringError, match="--fuse-norm needs --gemm gemv and --fuse"):
+        generate(cap, cfg, gemm=gemm, fuse=fuse, fuse_norm=True, own_cubins=own_committed(ex))
