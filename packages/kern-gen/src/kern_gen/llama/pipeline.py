@@ -171,6 +171,18 @@ def _check_choices(gemm: str, gemm_acc: str, verify_splits: str, verify_attentio
                           f"{', '.join(VERIFY_ATTENTION)}")
 
 
+def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool) -> bool:
+    """``--fuse-norm`` resolved: None is the default where it applies (never with an
+    extension); asked for, it needs the register GEMV and ``fuse``."""
+    if fuse_norm is None:
+        return DEFAULT_FUSE_NORM and not extension and gemm == "gemv" and fuse
+    if fuse_norm and not (gemm == "gemv" and fuse):
+        raise WiringError("--fuse-norm needs --gemm gemv and --fuse: the norm goes into the "
+                          "own GEMVs (kernels/gemv.cu; the bulk-copy GEMV has no such "
+                          "variant)")
+    return fuse_norm
+
+
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
@@ -189,8 +201,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
-    if fuse_norm is None:   # the default: on where it applies, never with an extension
-        fuse_norm = DEFAULT_FUSE_NORM and extension is None and gemm == "gemv" and fuse
+    fuse_norm = _norm_choice(fuse_norm, gemm, fuse, extension is not None)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -208,10 +219,6 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     if extension is not None:
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
-    if fuse_norm and not (gemm == "gemv" and fuse):
-        raise WiringError("--fuse-norm needs --gemm gemv and --fuse: the norm goes into the "
-                          "own GEMV's prologue (kernels/gemv.cu; the bulk-copy GEMV has no "
-                          "such variant)")
     if gemm in OWN_GEMV and fuse:
         programs = _fused(programs, cfg, arch, fuse_norm)
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
