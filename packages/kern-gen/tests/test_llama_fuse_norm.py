@@ -197,3 +197,14 @@ def test_fuse_norm_needs_the_register_gemv_and_fuse(gemm, fuse):
     cap, cfg, ex = (ROOT / p for p in PRESETS["llama"][:3])
     with pytest.raises(WiringError, match="--fuse-norm needs --gemm gemv and --fuse"):
         generate(cap, cfg, gemm=gemm, fuse=fuse, fuse_norm=True, own_cubins=own_committed(ex))
+
+
+def test_the_cli_refuses_fuse_norm_with_another_gemm(tmp_path):
+    from typer.testing import CliRunner
+
+    from kern_gen.cli import app
+    r = CliRunner().invoke(app, ["llama", "--gemm", "cublaslt", "--fuse-norm", "--out",
+                                 str(tmp_path / "o")])
+    assert r.exit_code != 0
+    assert "--fuse-norm needs --gemm gemv and --fuse" in r.output
+    assert not (tmp_path / "o").exists()

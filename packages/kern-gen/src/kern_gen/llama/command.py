@@ -89,7 +89,7 @@ def _make(preset: str):
                          command=_command(preset, gemm, attention, fuse, verify_splits,
                                           verify_attention, fuse_norm),
                          nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
-                         fuse_norm=fuse_norm and fuse and gemm == "gemv",
+                         fuse_norm=fuse_norm,
                          verify_splits=verify_splits, verify_attention=verify_attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)

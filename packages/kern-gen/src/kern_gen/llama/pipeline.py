@@ -125,8 +125,8 @@ def _fused(programs: list[Program], cfg: C.ModelConfig, arch: Arch,
            norms: bool) -> list[Program]:
     """The few-row programs with the fused GEMVs (:mod:`.fuse`) and, where a Llama layer's
     rope kernels are provably the plain rotate-half rope, one rope + K/V launch
-    (:mod:`.fuse_rope`); with ``norms`` also the RMSNorms in the GEMVs' prologues
-    (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
+    (:mod:`.fuse_rope`); with ``norms`` also the RMSNorms split between the GEMVs around
+    them (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
     out = []
     for p in programs:
         if p.name in FEW_ROWS:
