@@ -3,7 +3,8 @@
 
     python3 build.py OUT_DIR [--nvcc PATH] [--verbose]
 
-Compiles every ``*.cu`` beside this file with fixed flags into ``OUT_DIR/<name>.cubin`` and
+Compiles every ``*.cu`` beside this file (with the ``*.cuh`` headers beside it, which the
+sources ``#include``) with fixed flags into ``OUT_DIR/<name>.cubin`` and
 prints ``<sha256>  <name>.cubin`` for each.  Standard library only.
 
 Reproducibility: nvcc runs in a fresh temporary directory of a fixed name pattern, on a copy
@@ -62,6 +63,8 @@ def build_one(nvcc: str, src: Path, out_dir: Path, verbose: bool = False) -> Pat
         work = Path(tmp)
         # a fixed file name and working directory: nothing path-dependent can leak in
         (work / "kernel.cu").write_bytes(src.read_bytes())
+        for header in sorted(HERE.glob("*.cuh")):   # shared device code, #include "x.cuh"
+            (work / header.name).write_bytes(header.read_bytes())
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         env["SOURCE_DATE_EPOCH"] = "0"

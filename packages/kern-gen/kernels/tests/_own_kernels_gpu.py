@@ -160,7 +160,7 @@ class Kernels:
     def gemv_norm(self, x, g, xo, w, c, eps):
         """Norm 0 + GEMV (ABI.md 4e): c = gemv(rmsnorm(x) * g), xo = f32(x)."""
         m, (n, k) = x.shape[0], w.shape
-        f = self.fn("gemv.cubin", "kern_gemv_norm_bf16")
+        f = self.fn("gemv_norm.cubin", "kern_gemv_norm_bf16")
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(n, k), 1, 1),
           (ptr(x), ptr(g), ptr(xo), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
            np.float32(eps)))
@@ -170,7 +170,8 @@ class Kernels:
         4e); ``silu``: w [2n, k] and the SiLU·mul epilogue."""
         m, (rows_w, k), p = r.shape[0], w.shape, parts.shape[1]
         n = rows_w // 2 if silu else rows_w
-        f = self.fn("gemv.cubin", "kern_gemv_rnorm_silu_bf16" if silu else "kern_gemv_rnorm_bf16")
+        f = self.fn("gemv_norm.cubin",
+                    "kern_gemv_rnorm_silu_bf16" if silu else "kern_gemv_rnorm_bf16")
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(rows_w, k), 1, 1),
           (ptr(r), ptr(parts), ptr(g), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
            np.int32(p), np.float32(eps)))
@@ -179,7 +180,7 @@ class Kernels:
         """r += f32(bf16(a @ w^T)) in place, parts[m, ceil(n / 16)] its 16-column sums of
         squares (ABI.md 4e)."""
         m, (n, k) = a.shape[0], w.shape
-        f = self.fn("gemv.cubin", "kern_gemv_res_bf16")
+        f = self.fn("gemv_norm.cubin", "kern_gemv_res_bf16")
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(n, k), 1, 1),
           (ptr(a), ptr(w), ptr(r), ptr(parts), np.int32(m), np.int32(n), np.int32(k)))
 

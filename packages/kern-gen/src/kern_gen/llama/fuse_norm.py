@@ -5,7 +5,7 @@ Why: a decode step is bound by launches and by each kernel's chain of dependent 
 (issue 16).  Every RMSNorm of the one-token graph is a captured Inductor kernel that also
 does the residual adds (2 a layer + the final norm: 61 launches on SmolLM2, 73 on the
 Qwen3-4B shape), between the GEMM whose output it adds and the GEMV that reads its output.
-The norm is split between those two own kernels (kernels/gemv.cu, ABI.md 4e), so that
+The norm is split between those two own kernels (kernels/gemv_norm.cu, ABI.md 4e), so that
 neither gains a barrier-bound reduction on its critical path:
 
 - the GEMM before norm ``t > 0`` (the layer's ``o_proj`` or ``down_proj``) becomes

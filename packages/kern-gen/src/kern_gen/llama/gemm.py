@@ -226,12 +226,12 @@ def _gemv_checks(program: str, op: Op, refs: tuple[tuple[Ref, str], ...]) -> Non
 
 
 def _gemv_step(asm: Assembler, symbol: str, params: list[str], cols: int, nw: int,
-               rows: Any) -> dict[str, Any]:
+               rows: Any, cubin: str = GEMV_CUBIN) -> dict[str, Any]:
     """A step of a gemv.cu kernel: ``cols`` output columns in blocks of 16, ``nw`` warps, 8
     rows per grid y, the interface's arguments forwarded; ``weights_first``: every gemv.cu
     kernel loads its first W tile before the grid-dependency wait."""
     gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
-    return asm.own_step(GEMV_CUBIN, symbol, weights_first=True, params=params,
+    return asm.own_step(cubin, symbol, weights_first=True, params=params,
                         block=[32 * nw, 1, 1], grid=[-(-cols // GEMV_COLS), gy, 1],
                         args=[{"arg": i} for i in range(len(params))])
 
@@ -280,9 +280,10 @@ def gemm_split(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any
                      asm.arg(a["c2"]), _m(rows), *({"i32": x} for x in widths), {"i32": k}]}
 
 
+NORM_CUBIN = "gemv_norm.cubin"
 NORM_SYMBOLS = {"gemm_norm": "kern_gemv_norm_bf16", "gemm_rnorm": "kern_gemv_rnorm_bf16",
                 "gemm_rnorm_silu": "kern_gemv_rnorm_silu_bf16", "gemm_res": "kern_gemv_res_bf16"}
-"""The GEMVs that carry the RMSNorms (kernels/gemv.cu, ABI.md 4e) by the op kind of
+"""The GEMVs that carry the RMSNorms (kernels/gemv_norm.cu, ABI.md 4e) by the op kind of
 :mod:`.fuse_norm`."""
 NORM_PARAMS = ["in buffer<bf16>", "in buffer<bf16>", "out buffer<f32>", "in buffer<bf16>",
                "out buffer<bf16>", "i32", "i32", "i32", "f32"]
@@ -322,7 +323,7 @@ def gemm_norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     _gemv_checks(program, op, (*refs, (a["g"], "g"), (a["w"], "W")))
     nw = gemv_warps(2 * n if silu else n, k)
     params = NORM_PARAMS if first else RNORM_PARAMS
-    st = _gemv_step(asm, symbol, params, n, nw, rows)
+    st = _gemv_step(asm, symbol, params, n, nw, rows, NORM_CUBIN)
     what = "gate/up GEMV + SiLU·mul" if silu else "GEMV"
     name = asm.kernel_named(f"{program}.{op.kind}.{n}x{k}",
                             {"params": params, "impl": {"steps": [st]}},
@@ -348,7 +349,7 @@ def gemm_res(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
     if nw < 4:
         raise WiringError(f"{program}: {op.label}: {nw} warps for n {n} k {k}; "
                           f"`kern_gemv_res_bf16` needs at least 4")
-    st = _gemv_step(asm, NORM_SYMBOLS["gemm_res"], RES_PARAMS, n, nw, rows)
+    st = _gemv_step(asm, NORM_SYMBOLS["gemm_res"], RES_PARAMS, n, nw, rows, NORM_CUBIN)
     name = asm.kernel_named(f"{program}.gemm_res.{n}x{k}",
                             {"params": RES_PARAMS, "impl": {"steps": [st]}},
                             f"own `kern_gemv_res_bf16` (GEMV + residual add + partial sums "

@@ -178,7 +178,7 @@ def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool)
         return DEFAULT_FUSE_NORM and not extension and gemm == "gemv" and fuse
     if fuse_norm and not (gemm == "gemv" and fuse):
         raise WiringError("--fuse-norm needs --gemm gemv and --fuse: the norm goes into the "
-                          "own GEMVs (kernels/gemv.cu; the bulk-copy GEMV has no such "
+                          "own GEMVs (kernels/gemv_norm.cu; the bulk-copy GEMV has no such "
                           "variant)")
     return fuse_norm
 
