@@ -109,6 +109,7 @@ def bench_command(
     plain_prompts: Annotated[Optional[int], typer.Option(help="--batch: run the plain baseline (and --check) on the first N prompts only (default: all)")] = None,
     per_concurrency: Annotated[Optional[int], typer.Option(help="--batch: concurrency c runs the first K x c prompts (default: all)")] = None,
     lever: Annotated[Optional[list[str]], typer.Option(help="CASE:LABEL=DIR (repeat): also measure the manifest in DIR (same weights) against the case's own, each with programmatic dependent launch off and on")] = None,
+    ablate: Annotated[bool, typer.Option("--ablate/--no-ablate", help="also time the decode step without each class of kernels (GEMMs, attention, rope, captured): what each costs the step's span")] = False,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     from .runner import probe_gpu
@@ -146,7 +147,7 @@ def bench_command(
         report = run_bench(cases=cases, smollm2=smollm2, qwen3_dir=qwen3, baseline=baseline,
                            steps=steps, reps=reps, prefill=prefill, gpu=gpu,
                            profile=profile, spec=spec, spec_k=spec_k, spec_limit=spec_limit,
-                           levers=levers)
+                           levers=levers, ablate=ablate)
     except Exception as err:
         _fail(err)
         return

@@ -15,6 +15,9 @@ table and the rest still runs):
   one host read of the argmax per token like kern's loop (:mod:`.torch_side`), each in a child
   process started after that case's kern measurements, so neither side inherits the other's
   process state;
+- ``--ablate``: per case, the decode step's GPU time without each class of kernels (GEMMs,
+  attention, rope, the captured kernels) against the whole step, i.e. what each class costs
+  the critical path (:mod:`.ablate`);
 - ``--profile``: per case, where the GPU time of one decode step goes (kernels by category,
   busy vs gaps; :mod:`.profile`), recorded in a child process that loads the runtime again
   (the profiler leaves CUPTI overhead in its process), after every other measurement
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernRunError
+from .ablate import ablation_rows
 from .levers import lever_rows
 from .spec import (PEER_PROMPTS, SPEC_TARGETS, smollm2_spec, spec_rows,  # noqa: F401
                    spec_set_rows, verify_cost)
@@ -193,18 +197,20 @@ def _try(report: Report, case: str, what: str, fn: Callable[[], Any]) -> Any:
 def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baseline: bool,
               steps: int, reps: int, prefill: int, gpu: int, profile: bool = False,
               spec: bool = False, spec_k: int = 7, spec_limit: int | None = None,
-              levers: dict[str, list[tuple[str, Path]]] | None = None) -> Report:
+              levers: dict[str, list[tuple[str, Path]]] | None = None,
+              ablate: bool = False) -> Report:
     """Measure everything asked for; ``smollm2`` is a :class:`defaults.Bundle`-like object.
     ``profile``: also the decode step's kernel breakdown, in ``data[case]["profile"]``.
     ``spec``: also prompt-lookup speculation vs plain greedy on the shipped prompt sets
     (:mod:`.spec`; SmolLM2) and the verify(k+1) / decode cost ratio (both cases).
     ``levers``: case -> [(label, manifest folder)], measured with the case's own manifest,
-    PDL off and on (:mod:`.levers`)."""
+    PDL off and on (:mod:`.levers`).  ``ablate``: also the decode step without each class
+    of kernels (:mod:`.ablate`)."""
     rep = Report()
     # (case, data key, what the profile's child loads)
     later: list[tuple[str, str, dict]] = []
     o = dict(baseline=baseline, steps=steps, reps=reps, gpu=gpu, profile=profile, spec=spec,
-             spec_k=spec_k)
+             spec_k=spec_k, ablate=ablate)
     levers = levers or {}
     if "smollm2" in cases:
         _smollm2_case(rep, later, smollm2, spec_limit=spec_limit,
@@ -220,7 +226,8 @@ def run_bench(*, cases: list[str], smollm2: Any, qwen3_dir: Path | None, baselin
 
 def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: int, reps: int,
                   gpu: int, profile: bool, spec: bool, spec_k: int,
-                  spec_limit: int | None, levers: list | None = None) -> None:
+                  spec_limit: int | None, levers: list | None = None,
+                  ablate: bool = False) -> None:
     """The SmolLM2 rows (``b``: the bundled default); a profile to take later is appended to
     ``later``."""
     from kern_manifest import read
@@ -247,6 +254,10 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
         rep.data["smollm2_levers"] = _try(rep, "smollm2", "levers", lambda: lever_rows(
             rep, "smollm2", [("main", Path(b.manifest).parent), *levers], list(b.weights),
             steps=steps, reps=reps, gpu=gpu, info=info))
+    if ablate:
+        rep.data["smollm2_ablation"] = _try(rep, "smollm2", "ablation", lambda: ablation_rows(
+            rep, "smollm2", Path(b.manifest), Path(b.kernels), list(b.weights), steps=steps,
+            reps=reps, gpu=gpu, info=info))
     if profile:
         later.append(("smollm2", "smollm2", dict(
             manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
@@ -290,7 +301,7 @@ def _dspark_case(rep: Report, *, steps: int, limit: int | None, gpu: int) -> Non
 
 def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: bool,
                 steps: int, reps: int, gpu: int, profile: bool, spec: bool, spec_k: int,
-                prefill: int, levers: list | None = None) -> None:
+                prefill: int, levers: list | None = None, ablate: bool = False) -> None:
     """The Qwen3-4B-shape rows (seeded random weights, cached in ``$KERN_CACHE``)."""
     from kern_manifest import read
     from kern_manifest.contract import check_manifest
@@ -333,6 +344,10 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
             if g2:
                 rep.add("qwen3-4b", f"the step's GEMMs alone ms (lever {label})", f"{g2:.3f}",
                         "target ≤ 2.15")
+    if ablate:
+        rep.data["qwen3_ablation"] = _try(rep, "qwen3-4b", "ablation", lambda: ablation_rows(
+            rep, "qwen3-4b", manifest, kernels, [w], steps=steps, reps=reps, gpu=gpu,
+            info=info))
     if profile:
         later.append(("qwen3-4b", "qwen3", dict(
             manifest=manifest, kernels=kernels, weights=[w], capacity=load_cap)))
