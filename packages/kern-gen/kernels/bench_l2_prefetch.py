@@ -3,13 +3,18 @@ attention, the norms) shorten a decode step?  A probe on synthetic steps, before
 generator change: the shipped GEMV (gemv.cubin) on the Qwen3-4B and SmolLM2-135M shapes,
 with spin kernels standing in for attention (``ATT`` µs) and the norms (``NORM`` µs) — each
 waits on the grid dependency, then spins, like a latency-bound kernel — and
-``kern_l2_prefetch`` (l2_prefetch.cubin, ABI.md 7) launched right before the attention
-stand-in with different ranges.  Everything is launched with PDL inside a CUDA graph;
+``kern_l2_prefetch`` (:data:`PREFETCH`: up to four ranges, each 32 KB chunk one
+``cp.async.bulk.prefetch.L2``, then ``launch_dependents`` and the grid-dependency wait)
+launched right before the attention stand-in with different ranges.  Everything is launched with PDL inside a CUDA graph;
 distinct weights per layer (the Qwen3 set is 8 GB, so nothing stays in L2 between steps);
 medians of graph replays, µs per step.  From the repository root on the GPU machine:
 
     python3 packages/kern-gen/kernels/build.py /tmp/own
     python3 packages/kern-gen/kernels/bench_l2_prefetch.py /tmp/own
+
+Result (session 21, H100, docs/measurements.md): the prefetch makes every step slower, and
+probe_l2_micro.py shows why: a bulk prefetch does not leave the weights where the GEMV
+finds them.  The kernel is therefore a probe's, not one of kern's own kernels.
 """
 import ctypes as C
 import sys
@@ -28,6 +33,42 @@ extern "C" __global__ void spin(unsigned long long ns) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+"""
+PREFETCH = r"""
+#include <cstdint>
+
+namespace {
+constexpr unsigned long long CHUNK = 32768;   // bytes a prefetch request
+
+__device__ __forceinline__ unsigned long long chunks_of(unsigned long long b) {
+  return (b + CHUNK - 1) / CHUNK;
+}
+}  // namespace
+
+extern "C" __global__ void kern_l2_prefetch(
+    const char* __restrict__ p0, unsigned long long b0, const char* __restrict__ p1,
+    unsigned long long b1, const char* __restrict__ p2, unsigned long long b2,
+    const char* __restrict__ p3, unsigned long long b3) {
+  const char* const ps[4] = {p0, p1, p2, p3};
+  const unsigned long long bs[4] = {b0, b1, b2, b3};
+  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long first = 0;   // the first chunk number of range r
+  for (int r = 0; r < 4; ++r) {
+    const unsigned long long n = chunks_of(bs[r]);
+    // this thread's chunks c = blockIdx.x + threadIdx.x * gridDim.x + j * step, in range r
+    const unsigned long long me = blockIdx.x + (unsigned long long)threadIdx.x * gridDim.x;
+    unsigned long long c = me >= first ? me : me + (first - me + step - 1) / step * step;
+    for (; c < first + n; c += step) {
+      const unsigned long long off = (c - first) * CHUNK;
+      const unsigned size = (unsigned)(bs[r] - off < CHUNK ? bs[r] - off : CHUNK);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                   :: "l"(ps[r] + off), "r"(size) : "memory");
+    }
+    first += n;
+  }
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 """
 MODELS = {   # layers, {name: (n, k)}
@@ -53,8 +94,7 @@ def launch(fn, grid, block, args, smem=0):
 def main():
     own = sys.argv[1]
     gemv = bt.Gemv(own)
-    pf = cupy.RawModule(path=str(Path(own) / "l2_prefetch.cubin")).get_function(
-        "kern_l2_prefetch")
+    pf = cupy.RawModule(code=PREFETCH, options=("-std=c++17",)).get_function("kern_l2_prefetch")
     spin = cupy.RawModule(code=SPIN).get_function("spin")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(torch.cuda.get_device_name(0), "SMs", sms, flush=True)
