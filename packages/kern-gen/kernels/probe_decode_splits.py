@@ -50,6 +50,8 @@ def main() -> None:
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(src / "kernels", out / "kernels")
+    if (src / "export-plan.json").is_file():   # the weights' export plan (merged tensors)
+        shutil.copyfile(src / "export-plan.json", out / "export-plan.json")
     (out / "manifest.json").write_text(json.dumps(doc, indent=1))
     print(out, *lines, sep="\n  ")
 
