@@ -365,7 +365,9 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
         rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                 note=f"host+gaps {d['host_ms']:.3f} ms/step")
     if g:
-        rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "floor 1.88 (copy bw)")
+        # the weights once at the H200's measured copy bandwidth (../shared/facts/h200.md):
+        # a constant, so it names its card (on an H100 the floor is higher)
+        rep.add("qwen3-4b", "the step's GEMMs alone ms", f"{g:.3f}", "H200 floor 1.88 (copy bw)")
     if p:
         t = TARGETS["qwen3_prefill_tok_s"]
         rep.add("qwen3-4b", f"prefill {p['tokens']} tokens (chunk {p['chunk']})",
