@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +76,13 @@ def without(m: Manifest, cls: str, program: str = "decode") -> dict[str, Any]:
     keep = [i for i, d in enumerate(disp) if kernel_class(m.kernels[d.kernel]) != cls]
     if len(keep) == len(disp):
         raise KernRunError(f"program `{program}` of `{m.meta.model}` has no {cls} dispatches")
-    kept = {(program, i) for i in keep}
-    writes_it = {a.buf for name, p in m.programs.items() for i, d in enumerate(p.dispatches)
-                 if name != program or (name, i) in kept
+    kept = [disp[i] for i in keep]
+    others = [d for name, p in m.programs.items() if name != program for d in p.dispatches]
+    writes_it = {a.buf for d in (*others, *kept)
                  for t, a in zip(m.kernels[d.kernel].params, d.args)
                  if a.kind == "buf" and parse_param_type(t).direction != "in"}
     written: set[str] = set()
-    for i in keep:
-        d = disp[i]
+    for d in kept:
         for t, a in zip(m.kernels[d.kernel].params, d.args):
             if a.kind != "buf":
                 continue
@@ -115,18 +113,6 @@ def _prune(doc: dict[str, Any]) -> None:
                       if b in bufs or v["class"] in ("output", "carry")}
 
 
-def gpu_step_ms(rt: Any, k: int) -> float:
-    """GPU ms per ``decode`` step, ``k`` graphs back to back (inputs as the last run left
-    them)."""
-    rt.run("decode", {"tokens": 1})
-    rt.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(k):
-        rt.run("decode", {"tokens": 1})
-    rt.synchronize()
-    return 1000 * (time.perf_counter() - t0) / k
-
-
 def ablation_rows(rep: Any, case: str, manifest: Path, kernels: Path, weights: list[Path], *,
                   steps: int, reps: int, gpu: int, info: Any) -> list[dict]:
     """Load the whole manifest and one without each class present in its ``decode``;
@@ -139,14 +125,13 @@ def ablation_rows(rep: Any, case: str, manifest: Path, kernels: Path, weights: l
     from kern_runtime import Runtime
 
     from ..generate import generate
-    from .levers import LEVER_CAPACITY
+    from . import kern_graph_ms
+    from .levers import generation
 
     m = read(manifest)
     counts = class_counts(m)
     classes = [c for c in CLASSES if c in counts]
-    prompt = [(17 * i + 5) % (info.vocab or 1000) for i in range(16)]
-    fixed = info.context is not None
-    cap = None if fixed else min(LEVER_CAPACITY, info.position_limit or LEVER_CAPACITY)
+    prompt, cap, fixed = generation(info)
     with tempfile.TemporaryDirectory(prefix="kern-run-ablate-") as tmp, \
             contextlib.ExitStack() as stack:
         paths = [manifest]
@@ -162,7 +147,7 @@ def ablation_rows(rep: Any, case: str, manifest: Path, kernels: Path, weights: l
         ms: list[list[float]] = [[] for _ in rts]
         for _ in range(reps):
             for i, rt in enumerate(rts):
-                ms[i].append(gpu_step_ms(rt, max(50, steps)))
+                ms[i].append(kern_graph_ms(rt, "decode", {"tokens": 1}, k=max(50, steps)))
     whole = statistics.median(ms[0])
     rep.add(case, "ablation: decode GPU ms/step, whole step", f"{whole:.3f}",
             note=f"{sum(counts.values())} dispatches; context {len(prompt) + steps}")

@@ -49,6 +49,14 @@ def pdl_steps(manifest: Path, program: str = "decode") -> int:
 LEVER_CAPACITY = 2048
 
 
+def generation(info: Any) -> tuple[list[int], int | None, bool]:
+    """(prompt, KV capacity, fixed context) of the greedy generations that the lever rows
+    and the ablation (:mod:`.ablate`) run: the bench's 16-token id prompt, at most
+    :data:`LEVER_CAPACITY` positions unless the manifest's context is fixed."""
+    prompt, cap, fixed = generation(info)
+    return prompt, cap, fixed
+
+
 def lever_rows(rep: Any, case: str, variants: list[tuple[str, Path]], weights: list[Path], *,
                steps: int, reps: int, gpu: int, info: Any) -> list[dict]:
     """Measure every (variant, PDL off/on) and add the rows; returns the raw numbers.
@@ -62,9 +70,7 @@ def lever_rows(rep: Any, case: str, variants: list[tuple[str, Path]], weights: l
 
     from ..generate import generate
 
-    prompt = [(17 * i + 5) % (info.vocab or 1000) for i in range(16)]
-    fixed = info.context is not None
-    cap = None if fixed else min(LEVER_CAPACITY, info.position_limit or LEVER_CAPACITY)
+    prompt, cap, fixed = generation(info)
     runs = [(label, d, pdl) for label, d in variants for pdl in (False, True)]
     with contextlib.ExitStack() as stack:
         rts = [stack.enter_context(Runtime.load(d / "manifest.json", d / "kernels",
