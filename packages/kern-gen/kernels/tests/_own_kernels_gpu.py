@@ -265,6 +265,19 @@ class Kernels:
            (ptr(part_ml), ptr(part_acc), ptr(kv_lens), ptr(out), np.int32(n_q),
             np.int32(splits), np.int32(s_min)))
 
+    def attn_decode_cluster(self, q, q_row_stride, k, v, kv_lens, table, out, n_q, n_kv, scale,
+                            tokens):
+        """The cluster-merged decode (ABI.md 3a″): grid (n_kv, 8, tokens), block 128, no
+        scratch; arguments as :meth:`attn_decode`'s."""
+        d = k.shape[-1]
+        assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
+        f = self.fn("attn_decode_cluster.cubin", f"kern_attn_decode_cluster_bf16_d{d}")
+        f((n_kv, 8, tokens), (128, 1, 1),
+          (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(out), np.int32(q_row_stride),
+           np.int64(k.stride(0)), np.int64(k.stride(1)), np.int64(v.stride(0)),
+           np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv), np.float32(scale),
+           np.int32(table.stride(0))))
+
     def attn_rows_two_step(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc,
                            out, n_q, n_kv, splits, scale, tokens, s_min):
         """The tensor-core rows partial of ``attn_prefill.cu`` (ABI.md 3b′: one sequence's

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from . import falsify as F
 from . import gemm as G
-from . import own, sass
+from . import own, own_rope, sass
 from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
@@ -328,8 +328,8 @@ EMIT: dict[str, Emitter] = {
     "mined": mined, "gemm": G.gemm, "gemm_acc": G.gemm_acc, "gemm_silu": G.gemm_silu,
     "gemm_split": G.gemm_split, "gemm_norm": G.gemm_norm, "gemm_rnorm": G.gemm_norm,
     "gemm_rnorm_silu": G.gemm_norm, "gemm_res": G.gemm_res,
-    "embedding": own.embedding, "angles": own.rope_angles,
-    "rope_kv": own.rope_kv,
+    "embedding": own.embedding, "angles": own_rope.rope_angles,
+    "rope_kv": own_rope.rope_kv,
     "attention": own.attention, "argmax": own.argmax, "markov": markov, "accept": accept,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""

@@ -54,8 +54,10 @@ def _make(preset: str):
             = DEFAULT_GEMM,
         attention: Annotated[str, typer.Option(help="decode/verify/batch attention: split "
                                                "(two launches: split partials, then their "
-                                               "merge) or one-launch (the last split block "
-                                               "merges); prefill always uses the flash "
+                                               "merge), one-launch (the last split block "
+                                               "merges) or cluster (decode's 8 splits merge "
+                                               "in a thread-block cluster; verify and batch "
+                                               "keep split); prefill always uses the flash "
                                                "kernel")] = DEFAULT_ATTENTION,
         fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
                                            "fusions "

@@ -15,7 +15,7 @@ The fusion is made only where it is proved on the IR and the captured kernels' n
   reads the q part and the same angles and writes one buffer;
 - the parts sit where the merged qkv GEMM writes them: q at byte 0, k at ``2·H·D``, v at
   ``2·(H + KV)·D``, of a buffer ``(H + 2·KV)·D`` wide; the angles come from the own angle
-  kernel (:func:`~.own.rope_angles`, layout ``[D/2, tokens]``);
+  kernel (:func:`~.own_rope.rope_angles`, layout ``[D/2, tokens]``);
 - each captured kernel's ATen ops (Inductor names a fused kernel after them) are only the
   rotate-half rope's and the cache copy's: a norm, a scaling or any other op refuses.
 

@@ -1,7 +1,8 @@
 """The own kernels' dispatches (``packages/kern-gen/kernels/``, ABI in ``kernels/ABI.md``).
 
-One emitter per own op kind (the Assembler's ``EMIT`` table): embedding gather, rope angles,
-attention (split-KV decode, flash prefill) and the two-stage greedy argmax.  Each declares
+One emitter per own op kind (the Assembler's ``EMIT`` table): embedding gather, attention
+(split-KV decode, flash prefill) and the two-stage greedy argmax; the rope kernels' are in
+:mod:`.own_rope`.  Each declares
 its manifest kernel (interface, impl steps through :meth:`.assemble.Assembler.own_step`,
 scratch) once per distinct body and returns the dispatch: ``{"label", "kernel", "args"}``.
 """
@@ -11,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .arch import EMBED, INV_FREQ
+from .arch import EMBED
 from .errors import WiringError
-from .ir import BLOCK_TABLE, KV_LENS, POS0, POSITIONS, TOK, TOKEN_IDS, Op, Ref
+from .ir import BLOCK_TABLE, KV_LENS, POS0, TOK, TOKEN_IDS, Op, Ref
 
 if TYPE_CHECKING:
     from .assemble import Assembler
@@ -40,66 +41,6 @@ def embedding(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     return {"label": op.label, "kernel": name,
             "args": [asm.arg(a.get("ids", TOKEN_IDS)), asm.arg(a.get("table", Ref(buf=EMBED))),
                      asm.arg(a["out"])]}
-
-
-def rope_angles(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    p = ["in buffer<i64>", "in buffer<f32>", "out buffer<f32>", "i32"]
-    step = asm.own_step("rope_angles.cubin", "kern_rope_angles_f32",
-                        params=[*p, "i32"], block=[128, 1, 1], grid=[rows, 1, 1],
-                        args=[{"arg": 0}, {"arg": 1}, {"arg": 2}, {"arg": 3},
-                              {"i32": asm.cfg.head_dim // 2}])
-    name = asm.kernel("rope_angles", {"params": p, "impl": {"steps": [step]}},
-                      "own `kern_rope_angles_f32` (replaces the captured cutlass sgemm "
-                      "`inv_freq x positions`, which takes a by-value struct)")
-    t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
-    return {"label": op.label, "kernel": name,
-            "args": [asm.arg(POSITIONS), asm.arg(Ref(buf=INV_FREQ)), asm.arg(op.args["out"]),
-                     t]}
-
-
-ROPE_KV = {   # variant -> (cubin, symbol, bf16 inputs, the captured kernels it replaces)
-    "qkv": ("rope_kv.cubin", "kern_rope_kv_bf16", ("qkv",),
-            "k rope + K write, V write and q rope (three kernels)"),
-    "split": ("rope_kv.cubin", "kern_rope_kv3_bf16", ("q", "k", "v"),
-              "k rope + K/V writes and q rope (two kernels)"),
-    "norm": ("rope_kv_norm.cubin", "kern_rope_kv_norm_bf16", ("qkv", "q_w", "k_w"),
-             "q norm + rope, k norm + rope + K write and V write (three kernels)"),
-    "norm_split": ("rope_kv_norm.cubin", "kern_rope_kv3_norm_bf16",
-                   ("q", "k", "v", "q_w", "k_w"),
-                   "q/k variance, sin and cos halves and K/V writes (six kernels)"),
-}
-"""The rope + K/V kernels of :mod:`.fuse_rope` (ABI.md 3d, 3d′, 3e, 3e′), by the op's
-arguments."""
-
-
-def rope_kv(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
-    """One layer's q/k rope and K/V cache writes (:mod:`.fuse_rope`): from the merged qkv rows,
-    from q, k, v in three buffers, or (Qwen3) with the per-head q/k RMSNorm first."""
-    cfg, a = asm.cfg, op.args
-    variant = ("norm" if "qkv" in a else "norm_split") if "q_w" in a else (
-        "qkv" if "qkv" in a else "split")
-    cubin, symbol, ins, replaced = ROPE_KV[variant]
-    p = [*(["in buffer<bf16>"] * len(ins)), "in buffer<f32>", "in buffer<i64>",
-         "out buffer<bf16>", "inout ptr", "inout ptr", "i32"]
-    lits = [{"i32": cfg.heads}, {"i32": cfg.kv_heads}, {"i32": cfg.head_dim},
-            {"i64": asm.kv.max_len}]
-    grid: list[Any] = [rows, 1, 1]
-    norm = variant.startswith("norm")
-    if norm:                    # one warp per head, 8 a block
-        lits.append({"f32": cfg.eps})
-        grid[1] = -(-(cfg.heads + 2 * cfg.kv_heads) // 8)
-    step = asm.own_step(cubin, symbol, params=[*p, "i32", "i32", "i32", "i64",
-                                               *(["f32"] if norm else [])],
-                        block=[256, 1, 1], grid=grid,
-                        args=[*({"arg": i} for i in range(len(p))), *lits])
-    name = asm.kernel(f"{program}.rope_kv", {"params": p, "impl": {"steps": [step]}},
-                      f"own `{symbol}` (replaces the captured {replaced} of a layer by "
-                      f"one launch, kern_gen/llama/fuse_rope.py)")
-    t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
-    return {"label": op.label, "kernel": name,
-            "args": [*(asm.arg(a[x]) for x in ins), asm.arg(a["angles"]),
-                     asm.arg(a["slots"]), asm.arg(a["out"]), asm.arg(a["kc"]),
-                     asm.arg(a["vc"]), t]}
 
 
 def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
@@ -333,7 +274,41 @@ def _s_min_arg(asm: Assembler, program: str, rows: Any, s_min: int) -> dict[str,
     return {"arg": 6} if per_row_splits(asm, program, rows) else {"i32": s_min}
 
 
-DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv}
+CLUSTER_SPLITS = 8
+"""Blocks of a cluster = key splits of a (row, kv head) (attn_decode_cluster.cu's ``kC``)."""
+CLUSTER_THREADS = 128
+CLUSTER_MAX_GROUP = 4
+"""The most query heads per kv head attn_decode_cluster.cu holds (``kMaxG``)."""
+CLUSTER_PARAMS = [*DECODE_IFACE, "i32", "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32"]
+"""``kern_attn_decode_cluster_bf16_d{D}`` (ABI.md 3a″)."""
+
+
+def _cluster(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+    """``--attention cluster`` (kernels/ABI.md 3a″, ``attn_decode_cluster.cubin``): decode's
+    attention in one launch, the 8 key splits of a (row, kv head) one thread-block cluster
+    merged over distributed shared memory.  The other programs keep the pair
+    (:func:`_split_kv_two`): their rows already give the grid its parallelism, and their
+    arithmetic stays what the speculative checks were measured with."""
+    if program != "decode":
+        return _split_kv_two(asm, program, rows, strides)
+    cfg = asm.cfg
+    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
+    if H % KVH or H // KVH > CLUSTER_MAX_GROUP:
+        raise WiringError(f"--attention cluster holds at most {CLUSTER_MAX_GROUP} query heads "
+                          f"per kv head; the model has {H} query / {KVH} kv heads: use "
+                          f"--attention split")
+    step = asm.own_step(
+        "attn_decode_cluster.cubin", f"kern_attn_decode_cluster_bf16_d{D}",
+        params=CLUSTER_PARAMS, block=[CLUSTER_THREADS, 1, 1], grid=[KVH, CLUSTER_SPLITS, rows],
+        args=[*({"arg": i} for i in range(6)), {"i32": cfg.q_width}, *strides, {"i32": H},
+              {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)}, {"i32": asm.kv.table_pages}])
+    return asm.kernel(f"{program}.attention", {"params": DECODE_IFACE,
+                                               "impl": {"steps": [step]}},
+                      f"own decode attention, {CLUSTER_SPLITS} key splits merged in a "
+                      "thread-block cluster (one launch)")
+
+
+DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv, "cluster": _cluster}
 """``kern-gen --attention`` -> the decode/verify/batch attention emitter."""
 DEFAULT_ATTENTION = "split"
 

@@ -57,6 +57,13 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"whose rows are one sequence (verify, the DSpark draft) each row gets at least "
           f"{per_row_splits(asm, 'verify', TOK)} key splits (the attention kernel takes that "
           f"count times `tokens` as a 7th argument; ABI.md 3a).\n")
+    if asm.attention != "split":
+        w(f"- **Decode attention** `--attention {asm.attention}`: "
+          + ("decode's attention is one launch whose 8 key splits of a (row, kv head) merge "
+             "in a thread-block cluster (ABI.md 3a″); verify and batch keep the split pair."
+             if asm.attention == "cluster" else
+             "the split-KV attention is one launch, the last split block merging (ABI.md 3a′).")
+          + "\n")
     if asm.verify_attention != "split":
         who = ("verify runs" if asm.verify_attention == "verify-rows"
                else "verify and the DSpark draft run")
