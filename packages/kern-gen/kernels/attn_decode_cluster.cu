@@ -7,17 +7,17 @@
 // dependent launch.  Here the kC = 8 splits of a (row, kv head) are one thread-block
 // cluster: each block reduces its keys to (M, L, a) per query head in its shared memory,
 // the cluster barrier publishes them, and the cluster's rank 0 merges the eight through
-// DSMEM and writes `out`.  No scratch, no atomic, no second launch.  Measured against the
-// pair (probe_attn_cluster.py, H100, graph-replayed, no PDL): 5.06 vs 7.36 us (9q/3kv d64)
-// and 6.55 vs 7.86 (32q/8kv d128) at context 144.
+// DSMEM and writes `out`.  No scratch, no atomic, no second launch.  In the decode step (kern-run
+// bench, H100, PDL on): SmolLM2 0.703 -> 0.639 ms/token, Qwen3-4B shape 3.637 -> 3.590
+// (docs/measurements.md, session 22).
 //
 // Grid (n_kv_heads, kC, tokens), cluster (1, kC, 1) compiled in (`__cluster_dims__`: no
 // launch attribute needed), block kThreads<D>.  Row t sees kv_len = kv_lens[t] >= 1 keys; the
 // block of cluster rank r handles keys [r*c, min((r+1)*c, kv_len)), c = ceil(kv_len / kC),
 // for all G = n_q_heads / n_kv_heads <= kMaxG query heads of its kv head.  The keys are split
 // evenly at every context, so a row's cache is streamed by kC blocks: the kernel is for short
-// and medium contexts (the pair scales its splits with the context and is faster from ~1-4k
-// keys on; see ABI.md 3a″).
+// and medium contexts (the pair scales its splits with the context; from ~4k keys on it is
+// as fast or faster, ABI.md 3a″).
 //
 // Paged pool and strides as in attn_decode_split.cu (ABI.md 3).
 #include <cuda_bf16.h>
@@ -25,16 +25,20 @@
 #include <math_constants.h>
 #include <cooperative_groups.h>
 
+#include "rope_core.cuh"
+
 namespace cg = cooperative_groups;
 
-// Threads a block: 16 (d64) or 8 (d128) keys in flight per load batch at 128; more threads
-// keep more bytes in flight at longer contexts.  Overridable for the probe only
-// (probe_attn_cluster.py); the build uses these defaults.
+// Threads a block: 256 keeps 32 (d64) or 16 (d128) keys of each of kUnroll batches in flight.
+// Measured against 128 (probe_attn_cluster.py, H100, no PDL, us per call at contexts
+// 144 / 1024 / 4096): d128 6.54 / 8.84 / 19.71 vs 6.53 / 10.49 / 25.61; d64 5.37 / 5.61 / 9.93
+// vs 4.97 / 6.11 / 12.79 (the split pair: 7.85 / 10.42 / 22.32 and 7.18 / 7.94 / 9.91).
+// Overridable for the probe only; the build uses these defaults.
 #ifndef KERN_CLUSTER_THREADS_D64
-#define KERN_CLUSTER_THREADS_D64 128
+#define KERN_CLUSTER_THREADS_D64 256
 #endif
 #ifndef KERN_CLUSTER_THREADS_D128
-#define KERN_CLUSTER_THREADS_D128 128
+#define KERN_CLUSTER_THREADS_D128 256
 #endif
 
 namespace {
@@ -85,15 +89,28 @@ struct Smem {
     float res_a[kMaxG * D];
 };
 
-// This block's keys [k_begin, k_end) for the G query heads qh0.. of row t, reduced to
-// (res_m, res_l, res_a) per head: res_m the max score in log2 units (-inf: no key), res_l the
-// sum of 2^(s - res_m), res_a the unnormalised accumulator.  The per-key arithmetic is the
-// split pair's (attn_decode_split.cu decode_pass).
+// What a block's pass reads: G query heads D apart from `q` (global or shared memory), kv
+// head hk's keys [k_begin, k_end) of one row through its page table, except key `new_key`
+// (-1: none), whose K and V rows are `k_new` / `v_new` (shared memory: the row's own new key,
+// computed by the folded rope, which this kernel also stores to the cache).
+struct Pass {
+    const __nv_bfloat16* q;
+    const __nv_bfloat16* kp;
+    const __nv_bfloat16* vp;
+    const int* table;
+    int64_t kss, vss;
+    int k_begin, k_end;
+    float scale_log2;
+    int new_key;
+    const __nv_bfloat16* k_new;
+    const __nv_bfloat16* v_new;
+};
+
+// The pass reduced to (res_m, res_l, res_a) per head: res_m the max score in log2 units
+// (-inf: no key), res_l the sum of 2^(s - res_m), res_a the unnormalised accumulator.  The
+// per-key arithmetic is the split pair's (attn_decode_split.cu decode_pass).
 template <int D, int G>
-__device__ __forceinline__ void block_pass(
-    const __nv_bfloat16* __restrict__ q, int q_row_stride, const __nv_bfloat16* __restrict__ kp,
-    const __nv_bfloat16* __restrict__ vp, const int* __restrict__ table, int64_t kss,
-    int64_t vss, int t, int qh0, int k_begin, int k_end, float scale_log2, Smem<D>& sm)
+__device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm)
 {
     constexpr int LPK = D / 8;                 // lanes per key (8 dims each)
     constexpr int NT = Threads<D>::value;
@@ -102,26 +119,28 @@ __device__ __forceinline__ void block_pass(
     float qf[G][8], m[G], l[G], acc[G][8];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-        const uint4 w = *reinterpret_cast<const uint4*>(
-            q + (int64_t)t * q_row_stride + (int64_t)(qh0 + h) * D + sub * 8);
+        const uint4 w = *reinterpret_cast<const uint4*>(a.q + h * D + sub * 8);
         bf16x8_to_f32(w, qf[h]);
         m[h] = -CUDART_INF_F;
         l[h] = 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) { qf[h][j] *= scale_log2; acc[h][j] = 0.f; }
+        for (int j = 0; j < 8; ++j) { qf[h][j] *= a.scale_log2; acc[h][j] = 0.f; }
     }
     // The loop bound is block-uniform (the shuffles need every lane); a lane's keys are
     // it + u*NG + kg, masked when >= k_end (their table entries are never read).
-    for (int it = k_begin; it < k_end; it += NG * kUnroll) {
+    for (int it = a.k_begin; it < a.k_end; it += NG * kUnroll) {
         const int base = it + kg;
         uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int key = base + u * NG;
-            if (key < k_end) {
-                const int pg = table[key >> kPageShift];
-                kr[u] = ldg_nc(kp + slot_offset(pg, key, kss) + sub * 8);
-                vr[u] = ldg_nc(vp + slot_offset(pg, key, vss) + sub * 8);
+            if (key == a.new_key) {
+                kr[u] = *reinterpret_cast<const uint4*>(a.k_new + sub * 8);
+                vr[u] = *reinterpret_cast<const uint4*>(a.v_new + sub * 8);
+            } else if (key < a.k_end) {
+                const int pg = a.table[key >> kPageShift];
+                kr[u] = ldg_nc(a.kp + slot_offset(pg, key, a.kss) + sub * 8);
+                vr[u] = ldg_nc(a.vp + slot_offset(pg, key, a.vss) + sub * 8);
             } else {
                 kr[u] = make_uint4(0u, 0u, 0u, 0u);
                 vr[u] = make_uint4(0u, 0u, 0u, 0u);
@@ -140,7 +159,7 @@ __device__ __forceinline__ void block_pass(
 #pragma unroll
                 for (int off = LPK / 2; off > 0; off >>= 1)
                     d += __shfl_xor_sync(0xffffffffu, d, off);
-                s[u][h] = (base + u * NG < k_end) ? d : -CUDART_INF_F;
+                s[u][h] = (base + u * NG < a.k_end) ? d : -CUDART_INF_F;
             }
         }
 #pragma unroll
@@ -193,42 +212,25 @@ __device__ __forceinline__ void block_pass(
     }
 }
 
+// The block's pass (G = group query heads), then the cluster's merge: rank 0 reads the kC
+// blocks' states through DSMEM, merges them in rank order (deterministic; empty splits weigh
+// 0) and writes out[t, qh0 .. qh0 + group).
 template <int D>
-__device__ __forceinline__ void cluster_decode(
-    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,
-    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out, int q_row_stride,
-    int64_t kss, int64_t ksh, int64_t vss, int64_t vsh, int n_q_heads, int n_kv_heads,
-    float scale, int table_stride)
+__device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int rank,
+                                                 __nv_bfloat16* __restrict__ out_row,
+                                                 Smem<D>& sm)
 {
     constexpr int NT = Threads<D>::value;
-    __shared__ Smem<D> sm;
     cg::cluster_group cl = cg::this_cluster();
-
-    // Programmatic dependent launch: q, kv_lens and the cache are the previous kernels'.
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    const int hk = blockIdx.x, rank = blockIdx.y, t = blockIdx.z;   // rank: cluster (1, kC, 1)
-    const int group = n_q_heads / n_kv_heads;
-    if (gridDim.y != kC || group > kMaxG || group < 1 || group * n_kv_heads != n_q_heads)
-        __trap();
-    const int kv_len = kv_lens[t];
-    const int chunk = (kv_len + kC - 1) / kC;
-    const int k_begin = min(rank * chunk, kv_len), k_end = min(k_begin + chunk, kv_len);
-    const int qh0 = hk * group;
-    const __nv_bfloat16* kp = k_cache + (int64_t)hk * ksh;
-    const __nv_bfloat16* vp = v_cache + (int64_t)hk * vsh;
-    const int* table = block_table + (int64_t)t * table_stride;
-    const float sl = scale * kLog2e;
     switch (group) {
-        case 1: block_pass<D, 1>(q, q_row_stride, kp, vp, table, kss, vss, t, qh0, k_begin, k_end, sl, sm); break;
-        case 2: block_pass<D, 2>(q, q_row_stride, kp, vp, table, kss, vss, t, qh0, k_begin, k_end, sl, sm); break;
-        case 3: block_pass<D, 3>(q, q_row_stride, kp, vp, table, kss, vss, t, qh0, k_begin, k_end, sl, sm); break;
-        default: block_pass<D, 4>(q, q_row_stride, kp, vp, table, kss, vss, t, qh0, k_begin, k_end, sl, sm); break;
+        case 1: block_pass<D, 1>(a, sm); break;
+        case 2: block_pass<D, 2>(a, sm); break;
+        case 3: block_pass<D, 3>(a, sm); break;
+        default: block_pass<D, 4>(a, sm); break;
     }
     asm volatile("griddepcontrol.launch_dependents;");
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
     if (rank == 0) {
-        // The kC splits merged in rank order (deterministic; empty splits weigh 0).
         for (int idx = threadIdx.x; idx < group * D; idx += NT) {
             const int h = idx / D, d = idx % D;
             float Ms[kC];
@@ -238,22 +240,146 @@ __device__ __forceinline__ void cluster_decode(
                 Ms[r] = *cl.map_shared_rank(&sm.res_m[h], r);
                 M = fmaxf(M, Ms[r]);
             }
-            float a = 0.f, L = 0.f;
+            float acc = 0.f, L = 0.f;
 #pragma unroll
             for (int r = 0; r < kC; ++r) {
                 const float w = (Ms[r] == -CUDART_INF_F) ? 0.f : exp2f(Ms[r] - M);
-                a = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), w, a);
+                acc = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), w, acc);
                 L = fmaf(*cl.map_shared_rank(&sm.res_l[h], r), w, L);
             }
-            out[((int64_t)t * n_q_heads + qh0 + h) * D + d] = __float2bfloat16(a / L);
+            out_row[h * D + d] = __float2bfloat16(acc / L);
         }
     }
     cl.sync();   // a block's shared memory must outlive rank 0's reads of it
 }
 
+// Block (hk, rank, t) of a launch: its GQA group and row t's key range (keys split evenly
+// over the cluster's kC blocks).  Traps on a grid or head counts the kernel cannot serve.
+struct Block {
+    int hk, rank, t, group, qh0, kv_len, k_begin, k_end;
+};
+
+__device__ __forceinline__ Block block_of(const int* __restrict__ kv_lens, int n_q_heads,
+                                          int n_kv_heads)
+{
+    Block b;
+    b.hk = blockIdx.x;
+    b.rank = blockIdx.y;   // cluster (1, kC, 1)
+    b.t = blockIdx.z;
+    b.group = n_q_heads / n_kv_heads;
+    if (gridDim.y != kC || b.group > kMaxG || b.group < 1 || b.group * n_kv_heads != n_q_heads)
+        __trap();
+    b.qh0 = b.hk * b.group;
+    b.kv_len = kv_lens[b.t];
+    const int chunk = (b.kv_len + kC - 1) / kC;
+    b.k_begin = min(b.rank * chunk, b.kv_len);
+    b.k_end = min(b.k_begin + chunk, b.kv_len);
+    return b;
+}
+
+template <int D>
+__device__ __forceinline__ void cluster_decode(
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,
+    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out, int q_row_stride,
+    int64_t kss, int64_t ksh, int64_t vss, int64_t vsh, int n_q_heads, int n_kv_heads,
+    float scale, int table_stride)
+{
+    __shared__ Smem<D> sm;
+    // Programmatic dependent launch: q, kv_lens and the cache are the previous kernels'.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
+    const Pass a{q + (int64_t)b.t * q_row_stride + (int64_t)b.qh0 * D, k_cache + b.hk * ksh,
+                 v_cache + b.hk * vsh, block_table + (int64_t)b.t * table_stride, kss, vss,
+                 b.k_begin, b.k_end, scale * kLog2e, -1, nullptr, nullptr};
+    attend_and_merge<D>(a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm);
+}
+
+// The layer's rope and K/V cache writes folded in (ABI.md 3a‴): from the qkv GEMV's row t
+// (q | k | v, bf16 [(H + 2·KV)·D]) every block rotates (NORM: RMS-norms, then rotates) its G
+// query heads into shared memory, as rope_kv.cu / rope_kv_norm.cu compute q_out; the block
+// whose keys hold the row's new key kv_len − 1 also rotates kv head hk's k, copies its v,
+// stores both to the cache row slots[t] (as those kernels do) and attends to them from shared
+// memory.  No other block reads that key, so no block reads a cache row this launch writes.
+template <int D, bool NORM>
+__device__ __forceinline__ void cluster_rope_decode(
+    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_w,
+    const __nv_bfloat16* __restrict__ k_w, const float* __restrict__ ang,
+    const int64_t* __restrict__ slots, __nv_bfloat16* __restrict__ k_cache,
+    __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,
+    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out, int tokens,
+    int64_t kss, int64_t ksh, int64_t vss, int64_t vsh, int n_q_heads, int n_kv_heads,
+    float scale, int table_stride, long long cache_len, float eps)
+{
+    constexpr int NT = Threads<D>::value;
+    constexpr int half = D / 2;
+    static_assert(!NORM || NT / 32 >= kMaxG + 2, "a warp per q head, one for k, one for v");
+    __shared__ Smem<D> sm;
+    __shared__ __align__(16) __nv_bfloat16 q_s[kMaxG * D];
+    __shared__ __align__(16) __nv_bfloat16 k_s[D];
+    __shared__ __align__(16) __nv_bfloat16 v_s[D];
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
+    const int nq = n_q_heads * D, nk = n_kv_heads * D;
+    const __nv_bfloat16* row = qkv + (int64_t)b.t * (nq + 2 * nk);
+    const __nv_bfloat16* kx = row + nq + b.hk * D;
+    const __nv_bfloat16* vx = row + nq + nk + b.hk * D;
+    const int new_key = b.kv_len - 1;
+    const bool writer = new_key >= b.k_begin && new_key < b.k_end;
+    int64_t slot = slots[b.t];
+    if (slot < 0)
+        slot += cache_len;
+    const bool store = writer && slot >= 0 && slot < cache_len;   // as the captured writers
+    __nv_bfloat16* kc = k_cache + slot * kss + b.hk * ksh;
+    __nv_bfloat16* vc = v_cache + slot * vss + b.hk * vsh;
+    if (NORM) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        __nv_bfloat16 o[kRopeMaxPerLane];
+        if (warp < b.group || (warp == b.group && writer)) {
+            const bool is_q = warp < b.group;
+            norm_rope_warp(is_q ? row + (b.qh0 + warp) * D : kx, is_q ? q_w : k_w, ang, b.t,
+                           tokens, D, eps, o);
+#pragma unroll
+            for (int i = 0; i < D / 32; ++i) {
+                const int d = lane + 32 * i;
+                if (is_q) {
+                    q_s[warp * D + d] = o[i];
+                } else {
+                    k_s[d] = o[i];
+                    if (store) kc[d] = o[i];
+                }
+            }
+        } else if (warp == b.group + 1 && writer) {
+            for (int d = lane; d < D; d += 32) {
+                v_s[d] = vx[d];
+                if (store) vc[d] = vx[d];
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < b.group * D; i += NT) {
+            const int d = i % D;
+            const float a = ang[(int64_t)(d % half) * tokens + b.t];
+            q_s[i] = __float2bfloat16_rn(rope_elem(row + (b.qh0 + i / D) * D, d, half, a));
+        }
+        if (writer) {
+            for (int d = threadIdx.x; d < D; d += NT) {
+                const float a = ang[(int64_t)(d % half) * tokens + b.t];
+                k_s[d] = __float2bfloat16_rn(rope_elem(kx, d, half, a));
+                v_s[d] = vx[d];
+                if (store) { kc[d] = k_s[d]; vc[d] = v_s[d]; }
+            }
+        }
+    }
+    __syncthreads();
+    const Pass a{q_s, k_cache + b.hk * ksh, v_cache + b.hk * vsh,
+                 block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
+                 scale * kLog2e, writer ? new_key : -1, k_s, v_s};
+    attend_and_merge<D>(a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm);
+}
+
 }  // namespace
 
-#define KERN_CLUSTER_SYMBOL(D)                                                              \
+#define KERN_CLUSTER_SYMBOLS(D)                                                             \
 extern "C" __global__ void __cluster_dims__(1, kC, 1) __launch_bounds__(Threads<D>::value)  \
 kern_attn_decode_cluster_bf16_d##D(                                                         \
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,         \
@@ -265,7 +391,38 @@ kern_attn_decode_cluster_bf16_d##D(                                             
     cluster_decode<D>(q, k_cache, v_cache, kv_lens, block_table, out, q_row_stride,         \
                       k_stride_slot, k_stride_head, v_stride_slot, v_stride_head,           \
                       n_q_heads, n_kv_heads, scale, table_stride);                          \
+}                                                                                           \
+extern "C" __global__ void __cluster_dims__(1, kC, 1) __launch_bounds__(Threads<D>::value)  \
+kern_attn_decode_cluster_rope_bf16_d##D(                                                    \
+    const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ ang,                   \
+    const int64_t* __restrict__ slots, __nv_bfloat16* __restrict__ k_cache,                 \
+    __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,                   \
+    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out, int tokens,       \
+    int64_t k_stride_slot, int64_t k_stride_head, int64_t v_stride_slot,                    \
+    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale, int table_stride,    \
+    long long cache_len)                                                                    \
+{                                                                                           \
+    cluster_rope_decode<D, false>(qkv, nullptr, nullptr, ang, slots, k_cache, v_cache,      \
+                                  kv_lens, block_table, out, tokens, k_stride_slot,         \
+                                  k_stride_head, v_stride_slot, v_stride_head, n_q_heads,   \
+                                  n_kv_heads, scale, table_stride, cache_len, 0.f);         \
+}                                                                                           \
+extern "C" __global__ void __cluster_dims__(1, kC, 1) __launch_bounds__(Threads<D>::value)  \
+kern_attn_decode_cluster_rope_norm_bf16_d##D(                                               \
+    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_w,           \
+    const __nv_bfloat16* __restrict__ k_w, const float* __restrict__ ang,                   \
+    const int64_t* __restrict__ slots, __nv_bfloat16* __restrict__ k_cache,                 \
+    __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ kv_lens,                   \
+    const int* __restrict__ block_table, __nv_bfloat16* __restrict__ out, int tokens,       \
+    int64_t k_stride_slot, int64_t k_stride_head, int64_t v_stride_slot,                    \
+    int64_t v_stride_head, int n_q_heads, int n_kv_heads, float scale, int table_stride,    \
+    long long cache_len, float eps)                                                         \
+{                                                                                           \
+    cluster_rope_decode<D, true>(qkv, q_w, k_w, ang, slots, k_cache, v_cache, kv_lens,      \
+                                 block_table, out, tokens, k_stride_slot, k_stride_head,    \
+                                 v_stride_slot, v_stride_head, n_q_heads, n_kv_heads,       \
+                                 scale, table_stride, cache_len, eps);                      \
 }
 
-KERN_CLUSTER_SYMBOL(64)
-KERN_CLUSTER_SYMBOL(128)
+KERN_CLUSTER_SYMBOLS(64)
+KERN_CLUSTER_SYMBOLS(128)

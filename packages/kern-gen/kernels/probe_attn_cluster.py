@@ -29,15 +29,18 @@ CLUSTER = 8
 NVCC = ["-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas=-O3"]
 
 
-VARIANTS = {"128 threads (built)": [],
-            "256 threads": ["-DKERN_CLUSTER_THREADS_D64=256", "-DKERN_CLUSTER_THREADS_D128=256"]}
-"""Thread counts tried: the shipped build's, and 256 (more keys in flight a block)."""
+VARIANTS = {"256 threads (built)": []}
+"""Builds compared (name -> nvcc ``-D`` flags): the shipped one.  Session 22's c2 compared 128
+threads a block (``-DKERN_CLUSTER_THREADS_D64=128 -DKERN_CLUSTER_THREADS_D128=128``), before
+the folded-rope symbols, whose norm variant needs 6 warps, made 128 unbuildable."""
 
 
 def build(defines: list[str], nvcc: str = "nvcc") -> Path:
     """Compile ``attn_decode_cluster.cu`` with ``defines`` to a cubin in a temporary folder."""
     d = Path(tempfile.mkdtemp(prefix="kern-probe-cluster-"))
     (d / "k.cu").write_text((HERE / "attn_decode_cluster.cu").read_text())
+    for h in HERE.glob("*.cuh"):                  # the headers it includes
+        (d / h.name).write_text(h.read_text())
     subprocess.run([nvcc, *NVCC, *defines, "k.cu", "-o", "k.cubin"], cwd=d, check=True)
     return d / "k.cubin"
 
@@ -58,7 +61,7 @@ def main() -> None:
     def cluster(name, q, qs, kc, vc, lens, table, out, n_q, n_kv, tokens):
         d = kc.shape[-1]
         f = mods[name].get_function(f"kern_attn_decode_cluster_bf16_d{d}")
-        threads = 256 if "256" in name else 128
+        threads = 128 if name.startswith("128") else 256
         p = ok.ptr
         f((n_kv, CLUSTER, tokens), (threads, 1, 1),
           (p(q), p(kc), p(vc), p(lens), p(table), p(out), np.int32(qs), np.int64(kc.stride(0)),
@@ -96,7 +99,7 @@ def main() -> None:
           f"{' | '.join(VARIANTS)} | two launches (generator's splits) | torch SDPA")
     for n_q, n_kv, d in ((9, 3, 64), (32, 8, 128)):
         S, s_min = bench.GEN_SPLITS[n_kv]
-        for ctx in (144, 512, 1024, 2048, 4096):
+        for ctx in (144, 512, 1024, 2048, 4096, 8192, 16384):
             _, q, qs = ok.make_q(torch, 1, n_q, n_kv, d, g, "cuda")
             lens = torch.full((1,), ctx, dtype=torch.int32, device="cuda")
             out = torch.empty((1, n_q, d), dtype=torch.bfloat16, device="cuda")

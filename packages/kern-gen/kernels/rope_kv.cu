@@ -24,6 +24,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "rope_core.cuh"
+
 // Programmatic dependent launch (ABI.md, "PDL"): wait for the previous grid (the qkv GEMV)
 // before the first memory access; let the next grid start launching at once (it waits on
 // this grid's completion itself).  Both are no-ops in a plain launch.
@@ -61,12 +63,8 @@ __device__ __forceinline__ void rope_kv_row(const __nv_bfloat16* __restrict__ q,
         const __nv_bfloat16* src = is_q ? q : k;
         const int j = is_q ? i : i - nq;            // the element within q or within k
         const int d = j % head_dim;
-        const int base = j - d;                     // the head's first element
-        const float x = __bfloat162float(src[j]);
-        const float r = d < half ? 0.0f - __bfloat162float(src[base + d + half])
-                                 : __bfloat162float(src[base + d - half]);
         const float a = ang[(int64_t)(d % half) * tokens + t];
-        const float o = fmaf(x, cosf(a), r * sinf(a));   // the captured kernels' contraction
+        const float o = rope_elem(src + (j - d), d, half, a);   // the head's element d
         if (is_q)
             q_out[(int64_t)t * nq + j] = __float2bfloat16_rn(o);
         else if (store)

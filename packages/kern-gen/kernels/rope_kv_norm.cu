@@ -32,10 +32,10 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "rope_core.cuh"
+
 #define KERN_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define KERN_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-
-constexpr int kMaxPerLane = 4;   // D / 32 elements a lane: D <= 128
 
 // One (row t, head) of the warp: q_row, k_row, v_row point at row t's q, k and v.
 __device__ __forceinline__ void rope_kv_norm_head(const __nv_bfloat16* q_row,
@@ -59,7 +59,7 @@ __device__ __forceinline__ void rope_kv_norm_head(const __nv_bfloat16* q_row,
     const int lane = threadIdx.x & 31;
     const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int nq = heads * head_dim, nk = kv_heads * head_dim;
-    const int half = head_dim >> 1, per = head_dim >> 5;
+    const int per = head_dim >> 5;
     KERN_GRID_WAIT();
     KERN_LAUNCH_DEPENDENTS();
     if (head >= heads + 2 * kv_heads || (head_dim != 64 && head_dim != 128))
@@ -77,36 +77,17 @@ __device__ __forceinline__ void rope_kv_norm_head(const __nv_bfloat16* q_row,
     }
     const bool is_q = head < heads;
     const __nv_bfloat16* x = is_q ? q_row + head * head_dim : k_row + (head - heads) * head_dim;
-    const __nv_bfloat16* w = is_q ? q_w : k_w;
-    // Lane l holds d = l + 32·i: the element and its rotate-half partner d ± D/2 are both in
-    // the same lane when D/2 is a multiple of 32, i.e. at i ± per/2.
-    float v[kMaxPerLane], ss = 0.0f;
+    __nv_bfloat16 o[kRopeMaxPerLane];
+    norm_rope_warp(x, is_q ? q_w : k_w, ang, t, tokens, head_dim, eps, o);
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-        v[i] = i < per ? __bfloat162float(x[lane + 32 * i]) : 0.0f;
-        ss = fmaf(v[i], v[i], ss);   // the captured SASS: FFMA per thread, then an FADD tree
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = rsqrtf(ss / (float)head_dim + eps);   // D a power of 2: ss / D is exact
-    float n[kMaxPerLane];
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i)
-        n[i] = i < per ? __bfloat162float(w[lane + 32 * i]) * (v[i] * r) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
+    for (int i = 0; i < kRopeMaxPerLane; ++i) {
         if (i >= per)
             break;
         const int d = lane + 32 * i;
-        const int ip = d < half ? i + per / 2 : i - per / 2;
-        const float rot = d < half ? -n[ip] : n[ip];
-        const float a = ang[(int64_t)(d % half) * tokens + t];
-        const __nv_bfloat16 o = __float2bfloat16_rn(fmaf(n[i], cosf(a), rot * sinf(a)));
         if (is_q)
-            q_out[(int64_t)t * nq + head * head_dim + d] = o;
+            q_out[(int64_t)t * nq + head * head_dim + d] = o[i];
         else if (store)
-            kc[slot * nk + (head - heads) * head_dim + d] = o;
+            kc[slot * nk + (head - heads) * head_dim + d] = o[i];
     }
 }
 

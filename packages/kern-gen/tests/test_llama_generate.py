@@ -234,14 +234,15 @@ def test_mined_json_and_direct_mining_agree(mined_json):
 def test_decode_attention_splits_follow_the_measured_rule(name, splits):
     """s_min = the power of two nearest 128 / kv_heads (3 kv heads -> 32, 8 -> 16: the fastest
     measured on the H200 up to ctx 4096), the grid (and the scratch) SPLIT_GROWTH times that
-    for long contexts; the example's decode attention passes both."""
+    for long contexts; the example's split pair (verify's attention, decode's with
+    ``--attention split``) passes both."""
     from kern_gen.llama.own import SPLIT_GROWTH, decode_splits
     assert [decode_splits(k) for k in (1, 3, 4, 8, 16)] == [128, 32, 32, 16, 8]
     m = json.loads((_preset(name)[2] / "manifest.json").read_text())
-    impl = m["kernels"]["decode.attention"]["impl"]
+    impl = m["kernels"]["verify.attention"]["impl"]
     grid = SPLIT_GROWTH * splits
     assert impl["scratch"]["part_ml"]["shape"][2] == impl["scratch"]["part_acc"]["shape"][2] == grid
-    part, red = impl["steps"]       # the default: two launches, partials then merge (ABI.md 3a)
+    part, red = impl["steps"]       # two launches, partials then merge (ABI.md 3a)
     assert part["symbol"].startswith("kern_attn_decode_partial_bf16_d")
     assert red["symbol"].startswith("kern_attn_decode_reduce_bf16_d")
     assert part["grid"][1] == grid and part["args"][-2] == {"i32": splits}
@@ -293,8 +294,12 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     attn = m["kernels"]["verify.attention"]["impl"]
     assert [attn["steps"][0]["grid"][2], attn["steps"][1]["grid"][1]] == [{"sym": "tokens"}] * 2
     assert attn["scratch"]["part_acc"]["shape"][0] == "tokens"
-    dec = m["kernels"]["decode.attention"]["impl"]
-    assert [s["symbol"] for s in attn["steps"]] == [s["symbol"] for s in dec["steps"]]
+    # decode's is the cluster kernel (the default --attention cluster, ABI.md 3a″), one row
+    (dec,) = m["kernels"]["decode.attention"]["impl"]["steps"]
+    d = dec["symbol"].rsplit("_d", 1)[1]
+    assert dec["symbol"] == f"kern_attn_decode_cluster_bf16_d{d}" and dec["grid"][2] == 1
+    assert [s["symbol"] for s in attn["steps"]] == [f"kern_attn_decode_{p}_bf16_d{d}"
+                                                    for p in ("partial", "reduce")]
     ag = m["kernels"][am["kernel"]]["impl"]["steps"]
     assert ag[0]["grid"][0] == {"sym": "tokens"} and ag[1]["grid"][0] == {"sym": "tokens"}
 

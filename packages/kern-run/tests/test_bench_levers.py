@@ -34,3 +34,19 @@ def test_pdl_steps_counts_the_decode_steps_marked_pdl():
     want = sum(1 for d in m["programs"]["decode"]["dispatches"]
                for s in m["kernels"][d["kernel"]]["impl"]["steps"] if s.get("pdl"))
     assert pdl_steps(SMOL / "manifest.json") == want > 0
+
+
+def test_generation_set_up_of_the_lever_rows_and_the_ablation():
+    """The 16-token id prompt inside the vocabulary, the capacity capped at LEVER_CAPACITY
+    (or the model's position limit), none for a fixed-context manifest.  (A recursion here
+    failed every lever row and ablation on the GPU in session 21's review commit.)"""
+    from types import SimpleNamespace
+
+    from kern_run.bench.levers import LEVER_CAPACITY, generation
+
+    prompt, cap, fixed = generation(SimpleNamespace(vocab=50, context=None, position_limit=8192))
+    assert prompt == [(17 * i + 5) % 50 for i in range(16)] and max(prompt) < 50
+    assert (cap, fixed) == (LEVER_CAPACITY, False)
+    assert generation(SimpleNamespace(vocab=50, context=None, position_limit=1000))[1] == 1000
+    assert generation(SimpleNamespace(vocab=50, context=128, position_limit=None))[1:] == \
+        (None, True)

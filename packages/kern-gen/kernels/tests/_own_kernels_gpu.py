@@ -267,16 +267,33 @@ class Kernels:
 
     def attn_decode_cluster(self, q, q_row_stride, k, v, kv_lens, table, out, n_q, n_kv, scale,
                             tokens):
-        """The cluster-merged decode (ABI.md 3a″): grid (n_kv, 8, tokens), block 128, no
+        """The cluster-merged decode (ABI.md 3a″): grid (n_kv, 8, tokens), block 256, no
         scratch; arguments as :meth:`attn_decode`'s."""
         d = k.shape[-1]
         assert table.dtype == kv_lens.dtype and table.stride(-1) == 1
         f = self.fn("attn_decode_cluster.cubin", f"kern_attn_decode_cluster_bf16_d{d}")
-        f((n_kv, 8, tokens), (128, 1, 1),
+        f((n_kv, 8, tokens), (256, 1, 1),
           (ptr(q), ptr(k), ptr(v), ptr(kv_lens), ptr(table), ptr(out), np.int32(q_row_stride),
            np.int64(k.stride(0)), np.int64(k.stride(1)), np.int64(v.stride(0)),
            np.int64(v.stride(1)), np.int32(n_q), np.int32(n_kv), np.float32(scale),
            np.int32(table.stride(0))))
+
+    def attn_decode_cluster_rope(self, qkv, angles, slots, k, v, kv_lens, table, out, n_q,
+                                 n_kv, scale, cache_len, q_w=None, k_w=None, eps=0.0):
+        """The cluster decode with the layer's rope and K/V writes folded in (ABI.md 3a‴):
+        ``kern_attn_decode_cluster_rope_bf16`` or, with ``q_w`` / ``k_w``, its ``_norm``
+        twin; qkv bf16 [tokens, (n_q + 2 n_kv) D], angles f32 [D/2, tokens], slots i64
+        [tokens]; the rest as :meth:`attn_decode_cluster`'s."""
+        d, tokens = k.shape[-1], qkv.shape[0]
+        norm = q_w is not None
+        f = self.fn("attn_decode_cluster.cubin",
+                    f"kern_attn_decode_cluster_rope{'_norm' if norm else ''}_bf16_d{d}")
+        f((n_kv, 8, tokens), (256, 1, 1),
+          (ptr(qkv), *((ptr(q_w), ptr(k_w)) if norm else ()), ptr(angles), ptr(slots), ptr(k),
+           ptr(v), ptr(kv_lens), ptr(table), ptr(out), np.int32(tokens), np.int64(k.stride(0)),
+           np.int64(k.stride(1)), np.int64(v.stride(0)), np.int64(v.stride(1)), np.int32(n_q),
+           np.int32(n_kv), np.float32(scale), np.int32(table.stride(0)), np.int64(cache_len),
+           *((np.float32(eps),) if norm else ())))
 
     def attn_rows_two_step(self, q, q_row_stride, k, v, kv_lens, table, part_ml, part_acc,
                            out, n_q, n_kv, splits, scale, tokens, s_min):

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from . import falsify as F
 from . import gemm as G
+from . import attn_cluster as AC
 from . import own, own_rope, sass
 from .arch import INV_FREQ
 from .config import ModelConfig
@@ -329,7 +330,7 @@ EMIT: dict[str, Emitter] = {
     "gemm_split": G.gemm_split, "gemm_norm": G.gemm_norm, "gemm_rnorm": G.gemm_norm,
     "gemm_rnorm_silu": G.gemm_norm, "gemm_res": G.gemm_res,
     "embedding": own.embedding, "angles": own_rope.rope_angles,
-    "rope_kv": own_rope.rope_kv,
+    "rope_kv": own_rope.rope_kv, "rope_attention": AC.rope_attention,
     "attention": own.attention, "argmax": own.argmax, "markov": markov, "accept": accept,
 }
 """Op kind -> its emitter: (assembler, program name, op, program rows) -> dispatch."""

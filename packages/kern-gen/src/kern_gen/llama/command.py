@@ -55,10 +55,10 @@ def _make(preset: str):
         attention: Annotated[str, typer.Option(help="decode/verify/batch attention: split "
                                                "(two launches: split partials, then their "
                                                "merge), one-launch (the last split block "
-                                               "merges) or cluster (decode's 8 splits merge "
-                                               "in a thread-block cluster; verify and batch "
-                                               "keep split); prefill always uses the flash "
-                                               "kernel")] = DEFAULT_ATTENTION,
+                                               "merges) or cluster (the default: decode's 8 "
+                                               "splits merge in a thread-block cluster; "
+                                               "verify and batch keep split); prefill always "
+                                               "uses the flash kernel")] = DEFAULT_ATTENTION,
         fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
                                            "fusions "
                                            "in the few-row programs: a Llama layer's rope + "
@@ -121,7 +121,7 @@ VERIFY_ATTENTION_HELP = ("attention kernel of verify and the DSpark draft: split
                          "verify-rows (rows in verify, split in the draft)")
 
 
-def _command(preset: str, gemm: str, attention: str = "split", fuse: bool = True,
+def _command(preset: str, gemm: str, attention: str = DEFAULT_ATTENTION, fuse: bool = True,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION,
              fuse_norm: bool = DEFAULT_FUSE_NORM) -> str:

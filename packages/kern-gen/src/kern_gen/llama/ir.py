@@ -74,7 +74,8 @@ def is_weight(buf: str | None) -> bool:
 class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | gemm_norm
                        # | gemm_res | gemm_rnorm | gemm_rnorm_silu | embedding | angles
-                       # | rope_kv | attention | argmax | markov | accept
+                       # | rope_kv | attention | rope_attention | argmax | markov
+                       # | accept
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)

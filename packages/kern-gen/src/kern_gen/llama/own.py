@@ -13,6 +13,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .arch import EMBED
+from . import attn_cluster as AC
+from .attn_cluster import DECODE_IFACE
 from .errors import WiringError
 from .ir import BLOCK_TABLE, KV_LENS, POS0, TOK, TOKEN_IDS, Op, Ref
 
@@ -75,12 +77,6 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
             "args": [*qkv, asm.arg(KV_LENS), asm.arg(BLOCK_TABLE), asm.arg(a["out"]), *extra]}
 
 
-DECODE_IFACE = ["in buffer<bf16>", "in ptr", "in ptr", "in buffer<i32>", "in buffer<i32>",
-                "out buffer<bf16>"]
-"""``(q, k_cache, v_cache, kv_lens, block_table, out)``: the decode attention's interface,
-both implementations (ABI.md 3a, 3a′)."""
-
-
 def _decode_geometry(asm: Assembler, rows: Any) -> tuple[int, int, int, int, int, Any]:
     """(D, query heads, kv heads, s_min, S, scratch rows): S = SPLIT_GROWTH·s_min is the most
     splits a long row uses (ABI.md 3a)."""
@@ -120,8 +116,9 @@ def _reduce_step(asm: Assembler, D: int, H: int, S: int, rows: Any,
 
 def _split_kv_two(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     """Two launches (kernels/ABI.md 3a, ``attn_decode_split.cubin``): split partials into
-    scratch, then one block per (query head, row) merges them.  The default: on the H200 it
-    is 4-7 µs per layer faster than the one-launch kernel (docs/measurements.md, issue 16)."""
+    scratch, then one block per (query head, row) merges them.  The multi-row programs'
+    attention (decode's with ``--attention split``): on the H200 it is 4-7 µs per layer
+    faster than the one-launch kernel (docs/measurements.md, issue 16)."""
     cfg = asm.cfg
     D, H, KVH, s_min, S, r = _decode_geometry(asm, rows)
     s_arg = _s_min_arg(asm, program, rows, s_min)
@@ -274,43 +271,24 @@ def _s_min_arg(asm: Assembler, program: str, rows: Any, s_min: int) -> dict[str,
     return {"arg": 6} if per_row_splits(asm, program, rows) else {"i32": s_min}
 
 
-CLUSTER_SPLITS = 8
-"""Blocks of a cluster = key splits of a (row, kv head) (attn_decode_cluster.cu's ``kC``)."""
-CLUSTER_THREADS = 128
-CLUSTER_MAX_GROUP = 4
-"""The most query heads per kv head attn_decode_cluster.cu holds (``kMaxG``)."""
-CLUSTER_PARAMS = [*DECODE_IFACE, "i32", "i64", "i64", "i64", "i64", "i32", "i32", "f32", "i32"]
-"""``kern_attn_decode_cluster_bf16_d{D}`` (ABI.md 3a″)."""
-
-
 def _cluster(asm: Assembler, program: str, rows: Any, strides: list) -> str:
-    """``--attention cluster`` (kernels/ABI.md 3a″, ``attn_decode_cluster.cubin``): decode's
-    attention in one launch, the 8 key splits of a (row, kv head) one thread-block cluster
-    merged over distributed shared memory.  The other programs keep the pair
-    (:func:`_split_kv_two`): their rows already give the grid its parallelism, and their
-    arithmetic stays what the speculative checks were measured with."""
+    """``--attention cluster`` / ``cluster-rope`` (kernels/ABI.md 3a″, :mod:`.attn_cluster`):
+    decode's attention in one launch, the 8 key splits of a (row, kv head) one thread-block
+    cluster merged over distributed shared memory (with ``cluster-rope``, the layers whose
+    rope :mod:`.fuse_rope_attention` folded in are ``rope_attention`` ops instead).  In the
+    decode step (kern-run bench, H100, PDL on) SmolLM2 0.703 -> 0.639 ms/token, the Qwen3-4B
+    shape 3.637 -> 3.590, accuracy against transformers unchanged (docs/measurements.md,
+    session 22); from ~4k keys on the pair is as fast or faster (ABI.md 3a″).  The other
+    programs keep the pair (:func:`_split_kv_two`): their rows give the grid its parallelism."""
     if program != "decode":
         return _split_kv_two(asm, program, rows, strides)
-    cfg = asm.cfg
-    D, H, KVH = cfg.head_dim, cfg.heads, cfg.kv_heads
-    if H % KVH or H // KVH > CLUSTER_MAX_GROUP:
-        raise WiringError(f"--attention cluster holds at most {CLUSTER_MAX_GROUP} query heads "
-                          f"per kv head; the model has {H} query / {KVH} kv heads: use "
-                          f"--attention split")
-    step = asm.own_step(
-        "attn_decode_cluster.cubin", f"kern_attn_decode_cluster_bf16_d{D}",
-        params=CLUSTER_PARAMS, block=[CLUSTER_THREADS, 1, 1], grid=[KVH, CLUSTER_SPLITS, rows],
-        args=[*({"arg": i} for i in range(6)), {"i32": cfg.q_width}, *strides, {"i32": H},
-              {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)}, {"i32": asm.kv.table_pages}])
-    return asm.kernel(f"{program}.attention", {"params": DECODE_IFACE,
-                                               "impl": {"steps": [step]}},
-                      f"own decode attention, {CLUSTER_SPLITS} key splits merged in a "
-                      "thread-block cluster (one launch)")
+    return AC.cluster(asm, program, rows, strides)
 
 
-DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv, "cluster": _cluster}
+DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv, "cluster": _cluster,
+                    "cluster-rope": _cluster}
 """``kern-gen --attention`` -> the decode/verify/batch attention emitter."""
-DEFAULT_ATTENTION = "split"
+DEFAULT_ATTENTION = "cluster-rope"
 
 
 def _flash(asm: Assembler, strides: list) -> str:

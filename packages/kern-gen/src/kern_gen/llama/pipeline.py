@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import kern_manifest
 from kern_manifest.contract import ContractError, check_manifest
@@ -21,6 +21,7 @@ from . import config as C
 from . import fuse as FU
 from . import fuse_norm as FN
 from . import fuse_rope as FR
+from . import fuse_rope_attention as FRA
 from . import merge as M
 from . import repo
 from .arch import ARCHS, INV_FREQ, Arch
@@ -122,15 +123,18 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
 
 
 def _fused(programs: list[Program], cfg: C.ModelConfig, arch: Arch,
-           norms: bool) -> list[Program]:
+           norms: bool, fold_rope: bool = False) -> list[Program]:
     """The few-row programs with the fused GEMVs (:mod:`.fuse`) and, where a Llama layer's
     rope kernels are provably the plain rotate-half rope, one rope + K/V launch
-    (:mod:`.fuse_rope`); with ``norms`` also the RMSNorms split between the GEMVs around
-    them (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
+    (:mod:`.fuse_rope`), with ``fold_rope`` folded into decode's attention where provable
+    (:mod:`.fuse_rope_attention`); with ``norms`` also the RMSNorms split between the GEMVs
+    around them (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
     out = []
     for p in programs:
         if p.name in FEW_ROWS:
             p = FR.fuse_rope(FU.fuse_program(p), cfg)[0]
+            if fold_rope:
+                p = FRA.fold(p)[0]
         if norms and p.name in FN.PROGRAMS:
             p = FN.fuse_norms(p, cfg, arch)
         out.append(p)
@@ -220,7 +224,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
     if gemm in OWN_GEMV and fuse:
-        programs = _fused(programs, cfg, arch, fuse_norm)
+        programs = _fused(programs, cfg, arch, fuse_norm, attention == "cluster-rope")
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,

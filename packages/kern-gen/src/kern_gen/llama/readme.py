@@ -11,7 +11,7 @@ from .facts import Facts
 from .gemm import DEFAULT_GEMM
 from .ir import TOK, Program
 from .kv import KVLayout
-from .own import per_row_splits
+from .own import DEFAULT_ATTENTION, per_row_splits
 
 
 def readme(facts: Facts, cfg: ModelConfig, arch: Arch, asm, programs: list[Program], dg: int,
@@ -57,13 +57,20 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
           f"whose rows are one sequence (verify, the DSpark draft) each row gets at least "
           f"{per_row_splits(asm, 'verify', TOK)} key splits (the attention kernel takes that "
           f"count times `tokens` as a 7th argument; ABI.md 3a).\n")
-    if asm.attention != "split":
-        w(f"- **Decode attention** `--attention {asm.attention}`: "
-          + ("decode's attention is one launch whose 8 key splits of a (row, kv head) merge "
-             "in a thread-block cluster (ABI.md 3a″); verify and batch keep the split pair."
-             if asm.attention == "cluster" else
-             "the split-KV attention is one launch, the last split block merging (ABI.md 3a′).")
-          + "\n")
+    w(f"- **Decode attention** `--attention {asm.attention}`"
+      + (" (the default)" if asm.attention == DEFAULT_ATTENTION else "") + ": "
+      + {"cluster": "decode's attention is one launch whose 8 key splits of a (row, kv head) "
+                    "merge in a thread-block cluster (ABI.md 3a″; `--attention split` keeps "
+                    "the pair, faster from ~4k keys on); verify and batch use the split pair.",
+         "cluster-rope": f"as `cluster` (ABI.md 3a″), and in "
+                         f"{asm.dispatch_counts.get('decode.rope_attention', [0, 0])[1]} "
+                         "layers the rope and K/V cache writes are folded into it: one "
+                         "launch a layer (ABI.md 3a‴, `kern_gen/llama/fuse_rope_attention.py`"
+                         "); verify and batch use the split pair.",
+         "split": "split-KV partials, then their merge (two launches, ABI.md 3a), in every "
+                  "few-row program.",
+         "one-launch": "the split-KV attention is one launch, the last split block merging "
+                       "(ABI.md 3a′)."}[asm.attention] + "\n")
     if asm.verify_attention != "split":
         who = ("verify runs" if asm.verify_attention == "verify-rows"
                else "verify and the DSpark draft run")

@@ -53,7 +53,9 @@ def generation(info: Any) -> tuple[list[int], int | None, bool]:
     """(prompt, KV capacity, fixed context) of the greedy generations that the lever rows
     and the ablation (:mod:`.ablate`) run: the bench's 16-token id prompt, at most
     :data:`LEVER_CAPACITY` positions unless the manifest's context is fixed."""
-    prompt, cap, fixed = generation(info)
+    prompt = [(17 * i + 5) % (info.vocab or 1000) for i in range(16)]
+    fixed = info.context is not None
+    cap = None if fixed else min(LEVER_CAPACITY, info.position_limit or LEVER_CAPACITY)
     return prompt, cap, fixed
 
 
