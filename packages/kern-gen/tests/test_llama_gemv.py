@@ -154,12 +154,15 @@ def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_c
     plain, fused = _doc(variants[name]["gemv"]), _doc(variants[name]["fused"])
     n_layers = LAYERS[name]
     # fuse_rope: every layer's rope kernels become one launch: decode 3 -> 1, verify 2 -> 1
-    # (Llama) or 6 -> 1 (Qwen3: the q/k norm's variance and sin halves in kernels of their own)
+    # (Llama) or 6 -> 1 (Qwen3: the q/k norm's variance and sin halves in kernels of their own);
+    # in decode that launch is then folded into the attention (the default --attention
+    # cluster-rope, kern_gen.llama.fuse_rope_attention): 3 + 1 -> 1
     in_verify = 1 if name == "llama" else 5
     for prog, saved in (("decode", 3 * n_layers), ("verify", (4 + in_verify) * n_layers)):
         a, b = _kernels_of(plain, prog), _kernels_of(fused, prog)
-        assert len(a) - len(b) == saved, prog
-        assert sum(k == f"{prog}.rope_kv" for k in b) == n_layers
+        rope = "rope_attention" if prog == "decode" else "rope_kv"
+        assert len(a) - len(b) == saved + (n_layers if prog == "decode" else 0), prog
+        assert sum(k == f"{prog}.{rope}" for k in b) == n_layers
         assert sum(".silu_mul." in k for k in a) == n_layers
         assert not any(".silu_mul." in k for k in b)
         assert sum(k.startswith(f"{prog}.gemm_silu.") for k in b) == n_layers

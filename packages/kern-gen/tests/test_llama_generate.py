@@ -273,7 +273,8 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
                        "gemm" if d["kernel"].startswith(("gemm", "verify.gemm.")) else d["kernel"])
     # the fused GEMVs (kern_gen.llama.fuse, proved there) stand for q/k/v, gate/up + SiLU
     fused = [d for d in ver_all if d["kernel"].startswith(FUSED_VERIFY)]
-    layers = sum(d["kernel"] == "decode.attention" for d in m["programs"]["decode"]["dispatches"])
+    layers = sum(d["kernel"] in ("decode.attention", "decode.rope_attention")
+                 for d in m["programs"]["decode"]["dispatches"])
     assert len(fused) == 3 * layers
     ver = [d for d in ver_all if not d["kernel"].startswith(FUSED_VERIFY)]
     pre = [d for d in pre if not d["label"].endswith(FUSABLE)]
@@ -294,10 +295,13 @@ def test_verify_program_is_the_whole_prefill_forward_with_every_row_scored(name)
     attn = m["kernels"]["verify.attention"]["impl"]
     assert [attn["steps"][0]["grid"][2], attn["steps"][1]["grid"][1]] == [{"sym": "tokens"}] * 2
     assert attn["scratch"]["part_acc"]["shape"][0] == "tokens"
-    # decode's is the cluster kernel (the default --attention cluster, ABI.md 3a″), one row
-    (dec,) = m["kernels"]["decode.attention"]["impl"]["steps"]
+    # decode's is the cluster kernel with the rope folded in (the default --attention
+    # cluster-rope, ABI.md 3a‴), one row
+    (dec,) = m["kernels"]["decode.rope_attention"]["impl"]["steps"]
     d = dec["symbol"].rsplit("_d", 1)[1]
-    assert dec["symbol"] == f"kern_attn_decode_cluster_bf16_d{d}" and dec["grid"][2] == 1
+    norm = "_norm" if name == "qwen3" else ""
+    assert dec["symbol"] == f"kern_attn_decode_cluster_rope{norm}_bf16_d{d}"
+    assert dec["grid"][2] == 1
     assert [s["symbol"] for s in attn["steps"]] == [f"kern_attn_decode_{p}_bf16_d{d}"
                                                     for p in ("partial", "reduce")]
     ag = m["kernels"][am["kernel"]]["impl"]["steps"]
@@ -327,7 +331,8 @@ def test_batch_program_is_verify_with_every_rows_token_in_next_token(name):
     assert m["buffers"]["next_token"] == {"dtype": "i64", "shape": ["tokens"],
                                           "class": "output"}
     attn = [d for d in bat if d["kernel"] == "verify.attention"]
-    layers = sum(d["kernel"] == "decode.attention" for d in m["programs"]["decode"]["dispatches"])
+    layers = sum(d["kernel"] in ("decode.attention", "decode.rope_attention")
+                 for d in m["programs"]["decode"]["dispatches"])
     assert len(attn) == layers > 0
     for d in attn:
         assert {"buf": "kv_lens"} in d["args"] and {"buf": "block_table"} in d["args"]

@@ -358,10 +358,10 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     ast, adisp = _attn(program)
     qbuf = disp["args"][[n for n, _ in tk.sig].index(dst)]
     assert adisp["args"][0] == qbuf, "the own attention reads q where q rope wrote it"
-    # ABI.md 3a/3b: decode partial (q, k, v, kv_lens, block_table, part_ml, part_acc,
-    # q_row_stride, 4 strides, ...); prefill (q, k, v, pos0, block_table, out, q_row_stride,
-    # 4 strides, ...)
-    qrs = ast["args"][7 if program == "decode" else 6]["i32"]
+    # ABI.md 3a″/3b: decode's cluster kernel (q, k, v, kv_lens, block_table, out,
+    # q_row_stride, 4 strides, ...; this capture is generated unfused, so no rope is folded
+    # into it); prefill (q, k, v, pos0, block_table, out, q_row_stride, 4 strides, ...)
+    qrs = ast["args"][6]["i32"]
     t_, h_, d_ = np.meshgrid(np.arange(T), np.arange(H), np.arange(D), indexing="ij")
     got = q_rot[t_ * qrs + h_ * D + d_].transpose(1, 0, 2)
     np.testing.assert_allclose(got, q_ref, rtol=1e-12, atol=1e-12)
@@ -370,8 +370,7 @@ def test_rope_and_cache_dataflow_reaches_the_own_attention(program, tokens, pos0
     # K writer (prefill); every row t is stored at the slot the kernel loads from `slots[t]`,
     # here scattered over a pool (a paged engine's pages), not the positions
     slots = rng.permutation(64 * T)[:T] + 3
-    kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(8, 12)) if program == "decode" \
-        else (ast["args"][i]["i64"] for i in range(7, 11))
+    kst, kh, vst, vh = (ast["args"][i]["i64"] for i in range(7, 11))
     tk, st, disp = _by_role(program, "k_rope_cache")
     names = dict(zip(LLAMA_LAYOUT[("k_rope_cache", program == "decode")],
                      (n for n, t in tk.sig if t.startswith("*"))))

@@ -64,5 +64,11 @@ def test_examples_use_the_layout(name):
     assert m["buffers"]["kv_lens"]["domain"] == {"min": 1, "max": kv.max_len}
     step = m["kernels"]["prefill.attention"]["impl"]["steps"][0]
     assert step["args"][7:11] == [{"i64": kv.slot_stride}, {"i64": kv.head_stride}] * 2
-    attn = next(d for d in m["programs"]["decode"]["dispatches"] if d["label"] == "L1.attn")
+    attn = next(d for d in m["programs"]["verify"]["dispatches"] if d["label"] == "L1.attn")
     assert attn["args"][1:3] == [{"state": "kv.L1.k"}, {"state": "kv.L1.v"}]
+    # decode's: the rope folded into the attention (--attention cluster-rope), which writes
+    # and reads layer 1's states
+    fold = next(d for d in m["programs"]["decode"]["dispatches"]
+                if d["label"] == "L1.attn.rope")
+    assert [a for a in fold["args"] if "state" in a] == [{"state": "kv.L1.k"},
+                                                         {"state": "kv.L1.v"}]

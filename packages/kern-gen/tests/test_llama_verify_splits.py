@@ -85,9 +85,12 @@ def test_only_the_one_sequence_attention_differs(variants, name):
             else:
                 assert (ka, da["args"]) == (kb, db["args"]), (prog, db["kernel"])
     assert changed == {"llama": 30, "qwen3": 36}[name]
-    for prog in ("decode", "batch"):
-        st = b["kernels"][f"{prog}.attention"]["impl"]["steps"][0]
-        assert st["args"][15] == {"i32": s_min}, prog
+    st = b["kernels"]["batch.attention"]["impl"]["steps"][0]
+    assert st["args"][15] == {"i32": s_min}
+    # decode's attention is the cluster kernel with the rope folded in (no splits to pass)
+    assert "decode.attention" not in b["kernels"]
+    assert b["kernels"]["decode.rope_attention"]["impl"]["steps"][0]["symbol"].startswith(
+        "kern_attn_decode_cluster_rope")
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -101,7 +104,8 @@ def test_the_variant_verifies_clean(variants, name, variant):
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
     """In the DSpark manifest the attention dispatches of verify and of the draft pass
-    s_min · tokens (their kernel takes it); decode, decode_spec and batch do not."""
+    s_min · tokens (their kernel takes it); decode_spec and batch do not (decode's is the
+    folded cluster kernel)."""
     doc = variants[name]["dspark"]
     s_min = decode_splits({"llama": 3, "qwen3": 8}[name])
     seen = set()
@@ -115,7 +119,10 @@ def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
             if per_row:
                 assert d["args"][-1] == {"expr": {"mul": [TOK, s_min]}}
             seen.add(prog)
-    assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
+    # decode's attention: the folded cluster kernel (decode.rope_attention, no split count)
+    assert seen == {"decode_spec", "verify", "batch", "draft"}
+    assert any(d["kernel"] == "decode.rope_attention"
+               for d in doc["programs"]["decode"]["dispatches"])
 
 
 def test_bad_value_is_refused_in_one_line(tmp_path):
@@ -159,8 +166,8 @@ def rows_variants(presets) -> dict[str, dict]:
 def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
     """``--verify-attention rows``: verify's and the draft's attention run the tensor-core
     rows partial (grid: kv heads x S, one block for all rows) and the split-KV reduce, given
-    decode's split count times tokens and tokens; decode, decode_spec and batch keep the
-    split kernel; the manifest verifies clean."""
+    decode's split count times tokens and tokens; decode_spec and batch keep the split
+    kernel (decode: the folded cluster kernel); the manifest verifies clean."""
     doc = rows_variants[name]["rows"]
     diags = kern_manifest.verify(kern_manifest.decode(json.dumps(doc)))
     assert not diags
@@ -184,7 +191,10 @@ def test_rows_attention_in_verify_and_draft_only(rows_variants, name):
                 assert partial["symbol"].startswith("kern_attn_decode_partial_bf16_d")
                 assert k["params"] == DECODE_IFACE
             seen.add(prog)
-    assert seen == {"decode", "decode_spec", "verify", "batch", "draft"}
+    # decode's attention: the folded cluster kernel (decode.rope_attention, no split count)
+    assert seen == {"decode_spec", "verify", "batch", "draft"}
+    assert any(d["kernel"] == "decode.rope_attention"
+               for d in doc["programs"]["decode"]["dispatches"])
 
 
 @pytest.mark.parametrize("name", list(PRESETS))

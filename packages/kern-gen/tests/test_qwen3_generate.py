@@ -80,8 +80,10 @@ def test_qwen3_wiring_binds_the_q_k_norm_weights():
             if prog == "prefill":
                 q = next(x for x in d if x.label == f"L{layer}.q_rope")
                 k = next(x for x in d if x.label == f"L{layer}.k_rope_cache")
-            else:           # the few-row programs' fused rope (kern_gen.llama.fuse_rope)
-                q = k = next(x for x in d if x.label == f"L{layer}.rope_kv")
+            else:           # the few-row programs' fused rope (kern_gen.llama.fuse_rope),
+                # in decode folded into the attention (kern_gen.llama.fuse_rope_attention)
+                q = k = next(x for x in d if x.label == (f"L{layer}.attn.rope" if prog ==
+                                                         "decode" else f"L{layer}.rope_kv"))
             assert f"model.layers.{layer}.self_attn.q_norm.weight" in repr(q.args)
             assert f"model.layers.{layer}.self_attn.k_norm.weight" in repr(k.args)
     labels = [x.label for x in m.programs["prefill"].dispatches]

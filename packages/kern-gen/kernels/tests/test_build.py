@@ -119,9 +119,12 @@ def test_example_steps_match_cubin_layouts(built):
             if stem in TWO_STEP_PARAMS:     # the default decode pair, not in the example
                 assert cub.param_layout(sym) == layout(TWO_STEP_PARAMS[stem]), sym
                 continue
-            if stem == "kern_attn_decode_cluster_bf16":   # ABI.md 3a″, not in the example
-                from kern_gen.llama.own import CLUSTER_PARAMS
-                assert cub.param_layout(sym) == layout(CLUSTER_PARAMS), sym
+            if stem.startswith("kern_attn_decode_cluster_"):   # ABI.md 3a″ / 3a‴
+                from kern_gen.llama.attn_cluster import CLUSTER_PARAMS, ROPE_PARAMS
+                params = {"kern_attn_decode_cluster_bf16": CLUSTER_PARAMS,
+                          "kern_attn_decode_cluster_rope_bf16": ROPE_PARAMS[False],
+                          "kern_attn_decode_cluster_rope_norm_bf16": ROPE_PARAMS[True]}[stem]
+                assert cub.param_layout(sym) == layout(params), sym
                 continue
             if sym in FUSED_GEMV_PARAMS:    # ABI.md 4a / 4b, not in the example
                 assert cub.param_layout(sym) == layout(FUSED_GEMV_PARAMS[sym]), sym
