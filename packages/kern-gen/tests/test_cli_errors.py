@@ -18,3 +18,13 @@ def test_missing_capture_is_one_line(tmp_path, preset):
     assert r.output.splitlines() == [
         f"kern-gen {preset}: refused: capture `{missing}` does not exist"]
     assert not out.exists()
+
+
+def test_an_unknown_attention_is_one_line_naming_the_choices(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["llama", "--attention", "bogus", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines() == [
+        "kern-gen llama: refused: --attention `bogus`: choose one of split, one-launch, "
+        "cluster, cluster-rope"]
+    assert not out.exists()

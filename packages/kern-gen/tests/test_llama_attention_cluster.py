@@ -246,3 +246,15 @@ def test_a_rotated_q_overwritten_before_any_read_is_dead():
         Op("gemm", "w", args={"a": Ref(buf="x"), "c": Ref(buf="q")}),
         Op("gemm", "r", args={"a": Ref(buf="q"), "c": Ref(buf="y")})]))
     assert n == 1 and p.ops[3].args["out"] == Ref(buf="o")
+
+
+def test_without_the_rope_launch_nothing_is_folded(tmp_path):
+    """``--no-fuse`` keeps the captured rope kernels: the default attention has nothing to
+    fold, decode runs the cluster kernel beside them, and the README says so."""
+    cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS["llama"]))
+    res = generate(cap, cfg, label=label, fuse=False, own_cubins=own_committed(ex))
+    doc = json.loads(res.manifest)
+    assert "decode.rope_attention" not in doc["kernels"]
+    (st,) = doc["kernels"]["decode.attention"]["impl"]["steps"]
+    assert st["symbol"] == "kern_attn_decode_cluster_bf16_d64"
+    assert "no decode layer's rope could be folded into it" in res.readme.decode()

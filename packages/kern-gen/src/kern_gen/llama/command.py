@@ -55,10 +55,12 @@ def _make(preset: str):
         attention: Annotated[str, typer.Option(help="decode/verify/batch attention: split "
                                                "(two launches: split partials, then their "
                                                "merge), one-launch (the last split block "
-                                               "merges) or cluster (the default: decode's 8 "
-                                               "splits merge in a thread-block cluster; "
-                                               "verify and batch keep split); prefill always "
-                                               "uses the flash kernel")] = DEFAULT_ATTENTION,
+                                               "merges), cluster (decode's 8 splits merge "
+                                               "in a thread-block cluster; verify and batch "
+                                               "keep split) or cluster-rope (the default: "
+                                               "cluster with each decode layer's rope and "
+                                               "K/V writes folded in); prefill always uses "
+                                               "the flash kernel")] = DEFAULT_ATTENTION,
         fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
                                            "fusions "
                                            "in the few-row programs: a Llama layer's rope + "

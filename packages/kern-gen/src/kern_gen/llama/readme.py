@@ -62,11 +62,7 @@ def _model(facts: Facts, cfg: ModelConfig, asm, dg: int, pg: int, kv: KVLayout, 
       + {"cluster": "decode's attention is one launch whose 8 key splits of a (row, kv head) "
                     "merge in a thread-block cluster (ABI.md 3a″; `--attention split` keeps "
                     "the pair, faster from ~4k keys on); verify and batch use the split pair.",
-         "cluster-rope": f"as `cluster` (ABI.md 3a″), and in "
-                         f"{asm.dispatch_counts.get('decode.rope_attention', [0, 0])[1]} "
-                         "layers the rope and K/V cache writes are folded into it: one "
-                         "launch a layer (ABI.md 3a‴, `kern_gen/llama/fuse_rope_attention.py`"
-                         "); verify and batch use the split pair.",
+         "cluster-rope": _folded(asm.dispatch_counts.get("decode.rope_attention", [0, 0])[1]),
          "split": "split-KV partials, then their merge (two launches, ABI.md 3a), in every "
                   "few-row program.",
          "one-launch": "the split-KV attention is one launch, the last split block merging "
@@ -239,3 +235,15 @@ def _facts(arch: Arch) -> list[str]:
       "(`verify` multiplies every row of that tensor);")
     w("- site counts per role equal the layer count; every captured kernel has a role.")
     return L
+
+
+def _folded(layers: int) -> str:
+    """The README's words for ``--attention cluster-rope`` with ``layers`` decode layers
+    folded (:mod:`.fuse_rope_attention`)."""
+    if not layers:
+        return ("as `cluster` (ABI.md 3a″); no decode layer's rope could be folded into it "
+                "(the own rope + K/V launch it folds exists only with `--fuse` and the own "
+                "GEMVs); verify and batch use the split pair.")
+    return (f"as `cluster` (ABI.md 3a″), and in {layers} layers the rope and K/V cache writes "
+            "are folded into it: one launch a layer (ABI.md 3a‴, "
+            "`kern_gen/llama/fuse_rope_attention.py`); verify and batch use the split pair.")
