@@ -20,11 +20,17 @@ def test_missing_capture_is_one_line(tmp_path, preset):
     assert not out.exists()
 
 
-def test_an_unknown_attention_is_one_line_naming_the_choices(tmp_path):
+@pytest.mark.parametrize("argv, message", [
+    (["llama", "--attention", "bogus"],
+     "--attention `bogus`: choose one of split, one-launch, cluster, cluster-rope"),
+    (["qwen3", "--verify-splits", "many"],
+     "--verify-splits `many`: choose divided, decode or a split count 1-256"),
+    (["qwen3", "--verify-attention", "tiles"],
+     "--verify-attention `tiles`: choose one of split, rows, verify-rows"),
+])
+def test_a_bad_choice_is_one_line_naming_the_choices(tmp_path, argv, message):
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["llama", "--attention", "bogus", "--out", str(out)])
+    r = CliRunner().invoke(app, [*argv, "--out", str(out)])
     assert r.exit_code == 2, r.output
-    assert r.output.splitlines() == [
-        "kern-gen llama: refused: --attention `bogus`: choose one of split, one-launch, "
-        "cluster, cluster-rope"]
+    assert r.output.splitlines() == [f"kern-gen {argv[0]}: refused: {message}"]
     assert not out.exists()

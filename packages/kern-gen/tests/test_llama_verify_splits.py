@@ -14,9 +14,7 @@ import kern_manifest
 import pytest
 from kg_own import own_committed
 from kern_mine import encode_json, mine
-from typer.testing import CliRunner
 
-from kern_gen.cli import app
 from kern_gen.dspark.generate import generate as generate_dspark
 from kern_gen.llama import WiringError, generate
 from kern_gen.llama.command import PRESETS
@@ -125,14 +123,8 @@ def test_dspark_draft_and_verify_get_per_row_splits(variants, name):
                for d in doc["programs"]["decode"]["dispatches"])
 
 
-def test_bad_value_is_refused_in_one_line(tmp_path):
-    out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["qwen3", "--verify-splits", "many", "--out", str(out)])
-    assert r.exit_code == 2, r.output
-    assert r.output.splitlines() == [
-        "kern-gen qwen3: refused: --verify-splits `many`: choose divided, decode or a split "
-        "count 1-256"]
-    assert not out.exists()
+def test_bad_value_is_refused_by_the_generator():
+    """(The CLI's one-line refusal: test_cli_errors.py.)"""
     for bad in ("x", "0", "257", "-4"):
         with pytest.raises(WiringError, match=f"--verify-splits `{bad}`"):
             generate(ROOT / "no-capture", None, verify_splits=bad)
@@ -214,13 +206,3 @@ def test_verify_rows_keeps_the_split_partial_in_the_draft(rows_variants, name):
     others = [p for p in vr["programs"] if p not in ("verify", "draft")]
     for p in others:
         assert vr["programs"][p] == rows["programs"][p], p
-
-
-def test_bad_verify_attention_is_refused(tmp_path):
-    out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["qwen3", "--verify-attention", "tiles", "--out", str(out)])
-    assert r.exit_code == 2, r.output
-    assert r.output.splitlines() == [
-        "kern-gen qwen3: refused: --verify-attention `tiles`: choose one of split, rows, "
-        "verify-rows"]
-    assert not out.exists()
