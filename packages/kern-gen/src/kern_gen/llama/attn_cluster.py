@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .errors import WiringError
-from .ir import KV_LENS, BLOCK_TABLE, Op
+from .ir import BLOCK_TABLE, KV_LENS, TOK, Op
 
 if TYPE_CHECKING:
     from .assemble import Assembler
@@ -52,19 +52,27 @@ def _check(asm: Assembler, what: str) -> tuple[int, int, int]:
     return D, H, KVH
 
 
-def _tail(asm: Assembler, strides: list) -> list[dict[str, Any]]:
+def kv_strides(asm: Assembler) -> list[dict[str, Any]]:
+    """The K then V cache's slot and head strides (elements), as every own attention takes
+    them."""
+    kv = asm.kv
+    return [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
+            {"i64": kv.head_stride}]
+
+
+def _tail(asm: Assembler) -> list[dict[str, Any]]:
     D, H, KVH = asm.cfg.head_dim, asm.cfg.heads, asm.cfg.kv_heads
-    return [*strides, {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
+    return [*kv_strides(asm), {"i32": H}, {"i32": KVH}, {"f32": 1.0 / math.sqrt(D)},
             {"i32": asm.kv.table_pages}]
 
 
-def cluster(asm: Assembler, program: str, rows: Any, strides: list) -> str:
+def cluster(asm: Assembler, program: str, rows: Any) -> str:
     """``program``'s attention kernel through ``kern_attn_decode_cluster_bf16_d{D}``."""
     D, _, KVH = _check(asm, "cluster")
     step = asm.own_step(
         "attn_decode_cluster.cubin", f"kern_attn_decode_cluster_bf16_d{D}",
         params=CLUSTER_PARAMS, block=[CLUSTER_THREADS, 1, 1], grid=[KVH, CLUSTER_SPLITS, rows],
-        args=[*({"arg": i} for i in range(6)), {"i32": asm.cfg.q_width}, *_tail(asm, strides)])
+        args=[*({"arg": i} for i in range(6)), {"i32": asm.cfg.q_width}, *_tail(asm)])
     return asm.kernel(f"{program}.attention", {"params": DECODE_IFACE,
                                                "impl": {"steps": [step]}},
                       f"own decode attention, {CLUSTER_SPLITS} key splits merged in a "
@@ -78,14 +86,12 @@ def rope_attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str,
     a, kv = op.args, asm.kv
     norm = "q_w" in a
     iface = ROPE_IFACE[norm]
-    strides = [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
-               {"i64": kv.head_stride}]
-    t = {"sym": "tokens"} if isinstance(rows, dict) else {"i32": rows}
+    t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
     symbol = f"kern_attn_decode_cluster_rope{'_norm' if norm else ''}_bf16_d{D}"
     step = asm.own_step(
         "attn_decode_cluster.cubin", symbol, params=ROPE_PARAMS[norm],
         block=[CLUSTER_THREADS, 1, 1], grid=[KVH, CLUSTER_SPLITS, rows],
-        args=[*({"arg": i} for i in range(len(iface))), t, *_tail(asm, strides),
+        args=[*({"arg": i} for i in range(len(iface))), t, *_tail(asm),
               {"i64": kv.max_len}, *([{"f32": asm.cfg.eps}] if norm else [])])
     name = asm.kernel(f"{program}.rope_attention", {"params": iface, "impl": {"steps": [step]}},
                       f"own `{symbol}`: the layer's q{'/k norm, ' if norm else ' and k '}rope, "

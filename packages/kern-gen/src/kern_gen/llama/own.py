@@ -56,9 +56,7 @@ def attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     D = asm.cfg.head_dim
     if D not in (64, 128):
         raise WiringError(f"own attention has head_dim 64 or 128; the model has {D}")
-    kv = asm.kv            # K then V: slot, head strides (elements)
-    strides = [{"i64": kv.slot_stride}, {"i64": kv.head_stride}, {"i64": kv.slot_stride},
-               {"i64": kv.head_stride}]
+    strides = AC.kv_strides(asm)
     a = op.args
     qkv = [asm.arg(a["q"]), asm.arg(a["k"]), asm.arg(a["v"])]
     if program == "prefill":
@@ -282,7 +280,7 @@ def _cluster(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     programs keep the pair (:func:`_split_kv_two`): their rows give the grid its parallelism."""
     if program != "decode":
         return _split_kv_two(asm, program, rows, strides)
-    return AC.cluster(asm, program, rows, strides)
+    return AC.cluster(asm, program, rows)
 
 
 DECODE_ATTENTION = {"split": _split_kv_two, "one-launch": _split_kv, "cluster": _cluster,
