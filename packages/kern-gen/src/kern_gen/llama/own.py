@@ -274,9 +274,10 @@ def _cluster(asm: Assembler, program: str, rows: Any, strides: list) -> str:
     decode's attention in one launch, the 8 key splits of a (row, kv head) one thread-block
     cluster merged over distributed shared memory (with ``cluster-rope``, the layers whose
     rope :mod:`.fuse_rope_attention` folded in are ``rope_attention`` ops instead).  In the
-    decode step (kern-run bench, H100, PDL on) SmolLM2 0.703 -> 0.639 ms/token, the Qwen3-4B
-    shape 3.637 -> 3.590, accuracy against transformers unchanged (docs/measurements.md,
-    session 22); from ~4k keys on the pair is as fast or faster (ABI.md 3a″).  The other
+    decode step (kern-run bench, H100, PDL on; the shipped 256-thread build, c6 / c9) SmolLM2
+    0.707 -> 0.640 ms/token, the Qwen3-4B shape 3.636 -> 3.582, accuracy against
+    transformers unchanged (docs/measurements.md, session 22); from ~4k keys (d64) / ~16k
+    (d128) on the pair is as fast or faster (ABI.md 3a″).  The other
     programs keep the pair (:func:`_split_kv_two`): their rows give the grid its parallelism."""
     if program != "decode":
         return _split_kv_two(asm, program, rows, strides)
