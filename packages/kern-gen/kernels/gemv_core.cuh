@@ -78,11 +78,15 @@ struct NoNorm {
     __device__ __forceinline__ void operator()() const {}
 };
 
+//
+// ld is the row stride of a and w in elements and k the extent summed (k <= ld): the split-K
+// variants (gemv_splitk.cu) pass a and w advanced to their k range; the others ld == k.
 template <int T, class Norm>
-__device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
-                                           const __nv_bfloat16* __restrict__ w, int m, int k,
-                                           const int (&base)[T], const int (&lim)[T], int m0,
-                                           float (*red)[T][kRows][kCols], const Norm& norm) {
+__device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
+                                              const __nv_bfloat16* __restrict__ w, int m, int k,
+                                              int ld, const int (&base)[T], const int (&lim)[T],
+                                              int m0, float (*red)[T][kRows][kCols],
+                                              const Norm& norm) {
     const int nw = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -96,10 +100,10 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
         lo_ok[t] = base[t] + g < lim[t];
         hi_ok[t] = base[t] + g + 8 < lim[t];
         // clamp the rows of absent operands to row 0: their (unissued) addresses stay in range
-        wlo[t] = w + (size_t)(lo_ok[t] ? base[t] + g : 0) * k + 8 * t4;
-        whi[t] = w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * k + 8 * t4;
+        wlo[t] = w + (size_t)(lo_ok[t] ? base[t] + g : 0) * ld + 8 * t4;
+        whi[t] = w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * ld + 8 * t4;
     }
-    const __nv_bfloat16* ap = a + (size_t)(a_ok ? (Norm::kShared ? g : m0 + g) : 0) * k + 8 * t4;
+    const __nv_bfloat16* ap = a + (size_t)(a_ok ? (Norm::kShared ? g : m0 + g) : 0) * ld + 8 * t4;
 
     uint4 wl[T][kUnroll], wh[T][kUnroll], av[kUnroll];
     float acc0[T][4], acc1[T][4];
@@ -164,6 +168,14 @@ __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
     __syncthreads();
 }
 
+template <int T, class Norm>
+__device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
+                                           const __nv_bfloat16* __restrict__ w, int m, int k,
+                                           const int (&base)[T], const int (&lim)[T], int m0,
+                                           float (*red)[T][kRows][kCols], const Norm& norm) {
+    gemv_tiles_ld<T>(a, w, m, k, k, base, lim, m0, red, norm);
+}
+
 // The warps' partials of tile t, element (mi, col), summed in warp order (deterministic).
 template <int T>
 __device__ __forceinline__ float warp_sum(float (*red)[T][kRows][kCols], int t, int mi, int col) {
@@ -182,31 +194,48 @@ __device__ __forceinline__ void check_launch(const void* a, const void* w, int k
     }
 }
 
-// The block's C tile: each dot product rounded once (kern_gemv_bf16's store).
-__device__ __forceinline__ void store_plain(float (*red)[1][kRows][kCols], __nv_bfloat16* c,
-                                            int m, int n, int m0, int n0) {
+// The block's C tile: each dot product rounded once (kern_gemv_bf16's store).  sum(t, mi, col)
+// is the f32 dot product of A row m0 + mi with the tile's column col (warp_sum here; the
+// split-K kernels' cluster sum).
+template <class Sum>
+__device__ __forceinline__ void store_plain_by(const Sum& sum, __nv_bfloat16* c, int m, int n,
+                                               int m0, int n0) {
     for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
         const int mi = i / kCols, col = i % kCols;
-        const float s = warp_sum<1>(red, 0, mi, col);
+        const float s = sum(0, mi, col);
         if (m0 + mi < m && n0 + col < n) {
             c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(s);
         }
     }
 }
 
+__device__ __forceinline__ void store_plain(float (*red)[1][kRows][kCols], __nv_bfloat16* c,
+                                            int m, int n, int m0, int n0) {
+    store_plain_by([&](int t, int mi, int col) { return warp_sum<1>(red, t, mi, col); },
+                   c, m, n, m0, n0);
+}
+
 // The block's C tile of SiLU(gate) * up (kern_gemv_silu_bf16's store): the bf16 values the
-// unfused GEMM would have stored, then SiLU(g) * u in f32, rounded once.
-__device__ __forceinline__ void store_silu(float (*red)[2][kRows][kCols], __nv_bfloat16* c,
-                                           int m, int n, int m0, int n0) {
+// unfused GEMM would have stored, then SiLU(g) * u in f32, rounded once.  sum as above, tile
+// 0 the gate columns and 1 the up columns.
+template <class Sum>
+__device__ __forceinline__ void store_silu_by(const Sum& sum, __nv_bfloat16* c, int m, int n,
+                                              int m0, int n0) {
     for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
         const int mi = i / kCols, col = i % kCols;
         if (m0 + mi < m && n0 + col < n) {
-            const float gv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 0, mi, col)));
-            const float uv = __bfloat162float(__float2bfloat16_rn(warp_sum<2>(red, 1, mi, col)));
+            const float gv = __bfloat162float(__float2bfloat16_rn(sum(0, mi, col)));
+            const float uv = __bfloat162float(__float2bfloat16_rn(sum(1, mi, col)));
             const float h = gv / (1.0f + __expf(-gv)) * uv;
             c[(size_t)(m0 + mi) * n + n0 + col] = __float2bfloat16_rn(h);
         }
     }
+}
+
+__device__ __forceinline__ void store_silu(float (*red)[2][kRows][kCols], __nv_bfloat16* c,
+                                           int m, int n, int m0, int n0) {
+    store_silu_by([&](int t, int mi, int col) { return warp_sum<2>(red, t, mi, col); },
+                  c, m, n, m0, n0);
 }
 
 }  // namespace

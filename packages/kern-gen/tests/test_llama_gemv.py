@@ -250,13 +250,13 @@ def test_bad_gemm_choice_is_one_line(tmp_path, preset):
     r = CliRunner().invoke(app, [preset, "--gemm", "cutlass", "--out", str(out)])
     assert r.exit_code == 2, r.output
     assert r.output.splitlines() == [
-        f"kern-gen {preset}: refused: --gemm `cutlass`: choose one of cublaslt, gemv, tma"]
+        f"kern-gen {preset}: refused: --gemm `cutlass`: choose one of cublaslt, gemv, splitk, tma"]
     assert not out.exists()
 
 
 def test_generate_refuses_an_unknown_impl():
     with pytest.raises(WiringError, match="GEMM implementation `x`: the generator has "
-                                          "cublaslt, gemv, tma"):
+                                          "cublaslt, gemv, splitk, tma"):
         generate(ROOT / "no-capture", None, gemm="x")
 
 

@@ -157,6 +157,17 @@ class Kernels:
         f((-(-(n2 // 2) // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n2 // 2), np.int32(k)))
 
+    def gemv_splitk(self, a, w, c, splits, warps=None, silu=False):
+        """gemv / gemv_silu with k cut over a cluster of ``splits`` blocks (ABI.md 4f):
+        ``kern_gemv[_silu]_sk{splits}_bf16``, grid ``[ceil(n / 16), ceil(m / 8), splits]``."""
+        m, (rows_w, k) = a.shape[0], w.shape
+        n = rows_w // 2 if silu else rows_w
+        warps = gemv_warps(rows_w, k) if warps is None else warps
+        f = self.fn("gemv_splitk.cubin",
+                    f"kern_gemv_{'silu_' if silu else ''}sk{splits}_bf16")
+        f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), splits), (32 * warps, 1, 1),
+          (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
+
     def gemv_norm(self, x, g, xo, w, c, eps):
         """Norm 0 + GEMV (ABI.md 4e): c = gemv(rmsnorm(x) * g), xo = f32(x)."""
         m, (n, k) = x.shape[0], w.shape

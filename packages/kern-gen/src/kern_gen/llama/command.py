@@ -48,7 +48,10 @@ def _make(preset: str):
         gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
                                           "(decode, verify): cublaslt (the runtime's cuBLASLt "
                                           "extern), gemv (kern's own GEMV kernel, "
-                                          "kernels/gemv.cu) or tma (its bulk-copy form, "
+                                          "kernels/gemv.cu), splitk (the same with k split "
+                                          "over a thread-block cluster for the shapes that "
+                                          "leave SMs idle, kernels/gemv_splitk.cu) or tma "
+                                          "(its bulk-copy form, "
                                           "kernels/gemv_tma.cu); prefill and batch always use "
                                           "cuBLASLt; the programs are the same either way")]
             = DEFAULT_GEMM,
@@ -61,7 +64,7 @@ def _make(preset: str):
                                                "cluster with each decode layer's rope and "
                                                "K/V writes folded in); prefill always uses "
                                                "the flash kernel")] = DEFAULT_ATTENTION,
-        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv or tma: "
+        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv, splitk or tma: "
                                            "fusions "
                                            "in the few-row programs: a Llama layer's rope + "
                                            "K/V writes in one launch, gate/up + "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from . import gemm_splitk as SK
 from .errors import WiringError
 from .ir import TOK, Op, Ref
 from .programs import FEW_ROWS, GEMV_GEMMS
@@ -147,12 +148,25 @@ def tma_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any],
     return {"steps": [st]}, f"own `{TMA_SYMBOLS['gemm']}` (bulk-copy W stream)"
 
 
-OWN_GEMV = ("gemv", "tma")
+def splitk_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any], str]:
+    """gemv.cu's GEMV, or where :func:`.gemm_splitk.splits` says so the same blocks with k
+    split over a cluster (kernels/gemv_splitk.cu)."""
+    s = SK.splits(n, k)
+    if s == 1:
+        return gemv_impl(asm, rows, n, k)
+    if k % 8:
+        raise WiringError(f"GEMM n {n} k {k}: the own GEMV needs k % 8 == 0")
+    nw = gemv_warps(n, k)
+    st = SK.splitk_step(asm, s, False, PARAMS, n, nw, rows)
+    return {"steps": [st]}, f"own `{SK.symbol(s, False)}` (k in {s} splits, {nw} warps)"
+
+
+OWN_GEMV = ("gemv", "tma", "splitk")
 """The impls that are kern's own GEMV (16-byte alignment checks; the fused variants)."""
 
 GemmImpl = Callable[["Assembler", Any, int, int], "tuple[dict[str, Any], str]"]
 GEMM_IMPLS: dict[str, GemmImpl] = {"cublaslt": cublaslt_impl, "gemv": gemv_impl,
-                                   "tma": tma_impl}
+                                   "tma": tma_impl, "splitk": splitk_impl}
 """``--gemm`` choice -> (assembler, rows, n, k) -> (impl, report source) of a few-row
 program's GEMM kernel; the wide programs' ``gemm`` is always ``cublaslt``."""
 
@@ -247,6 +261,10 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
+    elif asm.gemm_impl == "splitk" and SK.splits(n, k) > 1:
+        nw, s = gemv_warps(2 * n, k), SK.splits(n, k)
+        st = SK.splitk_step(asm, s, True, PARAMS, n, nw, rows)
+        how = f"own `{SK.symbol(s, True)}` (gate/up GEMV + SiLU·mul, k in {s} splits, {nw} warps)"
     else:
         nw = gemv_warps(2 * n, k)
         st = _gemv_step(asm, SILU_SYMBOL, PARAMS, n, nw, rows)
