@@ -17,7 +17,6 @@ The 4th field caps the persistent grid at that many blocks a SM (99: one block a
 without it the cap is what shared memory allows (at most 4).  Session 15's runs:
 docs/device-logs/2026-12-04-s15/c6-c8 (docs/measurements.md).
 """
-import ctypes as C
 import statistics
 import sys
 from pathlib import Path
@@ -34,35 +33,17 @@ LAYERS = 36
 SHAPES = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560),
           "down": (2560, 9728), "lm_head": (151936, 2560)}
 
-lib = C.CDLL("libcuda.so.1")
-
-
-class Value(C.Union):
-    _fields_ = [("pad", C.c_char * 64), ("i", C.c_int)]
-
-
-class Attr(C.Structure):
-    _fields_ = [("id", C.c_int), ("pad", C.c_char * 4), ("value", Value)]
-
-
-class Config(C.Structure):
-    _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
-                ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
-
-
-ATTR = Attr(id=6)
-ATTR.value.i = 1
+_pdl = okg.pdl_launcher()
 
 
 def launch(fn, grid, block, smem, args, pdl=True):
-    cfg = Config((C.c_uint * 3)(*grid), (C.c_uint * 3)(*block), smem,
-                 C.c_void_p(torch.cuda.current_stream().cuda_stream),
-                 C.pointer(ATTR) if pdl else None, 1 if pdl else 0)
-    vals = [C.c_uint64(a) if isinstance(a, int) and a > 2**31 else C.c_int32(a) for a in args]
-    params = (C.c_void_p * len(vals))(*[C.cast(C.pointer(v), C.c_void_p) for v in vals])
-    h = fn.ptr if hasattr(fn, 'ptr') else fn.kernel.ptr
-    rc = lib.cuLaunchKernelEx(C.byref(cfg), C.c_void_p(h), params, None)
-    assert rc == 0, rc
+    """``fn`` on torch's current stream, with PDL (cuLaunchKernelEx) or an ordinary launch;
+    ``args`` python ints (device pointers: the ones above 2^31)."""
+    vals = [np.uint64(a) if a > 2**31 else np.int32(a) for a in args]
+    if pdl:
+        _pdl(fn, grid, block, smem, torch.cuda.current_stream().cuda_stream, vals)
+    else:
+        fn(grid, block, tuple(vals), shared_mem=smem)
 
 
 class Gemv:

@@ -46,3 +46,33 @@ def wiring_inputs(preset: str, tmp: Path):
     dg, pg = choose_groups(facts)
     return mined, cfg, Inputs(facts, cfg, ARCHS[cfg.model_type],
                               KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)
+
+
+def gemm_variants(tmp_path_factory, gemms: tuple[str, ...], cubins: tuple[str, ...]) -> dict:
+    """Per preset, ``{gemm: generate(…, gemm=gemm)}`` for each ``--gemm`` choice of ``gemms``
+    (fused, ``--no-fuse-norm``: the norm fusion is gemv.cu's alone), mined once per preset,
+    with the example's committed own cubins and ``cubins`` freshly built by nvcc; ``"sha"``:
+    the sha256 of each built cubin."""
+    import hashlib
+    import shutil
+
+    from kern_mine import encode_json, mine
+
+    from kern_gen.llama import generate
+    from kern_gen.llama.command import PRESETS
+    from kern_gen.llama.pipeline import _build_own
+
+    root = Path(__file__).resolve().parents[3]
+    built = _build_own(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    out = {}
+    for name in PRESETS:
+        cap, cfg, ex, label = (root / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
+        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
+        mined.write_bytes(encode_json(mine(cap)))
+        own = {**own_committed(ex), **{c: built[c] for c in cubins}}
+        out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
+                                 command=f"uv run --frozen kern-gen {name} --gemm {g}",
+                                 fuse_norm=False)
+                     for g in gemms}
+        out[name]["sha"] = {c: hashlib.sha256(built[c]).hexdigest() for c in cubins}
+    return out

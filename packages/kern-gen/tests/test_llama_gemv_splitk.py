@@ -6,7 +6,6 @@ follows ABI.md 4f; gemv_splitk.cubin joins the cubins; the README says which."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -14,15 +13,12 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
-from kg_own import own_committed
-from kern_mine import encode_json, mine
+from kg_own import gemm_variants
 
-from kern_gen.llama import generate
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.gemm import GEMV_COLS, PARAMS, gemv_warps
 from kern_gen.llama.gemm_splitk import SPLITK_CUBIN, splits, symbol
 from kern_gen.llama.ir import TOK
-from kern_gen.llama.pipeline import _build_own
 
 ROOT = Path(__file__).resolve().parents[3]
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc",
@@ -44,22 +40,12 @@ def test_the_rule_on_the_example_shapes():
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory) -> dict[str, dict]:
-    """Per preset: {"gemv": Result, "splitk": Result} (both fused, mined once per preset)."""
+    """Per preset: {"gemv": Result, "splitk": Result, "sha": gemv_splitk.cubin's sha256}."""
     if NVCC is None:
         pytest.skip("nvcc not found: the PDL check reads gemv_splitk.cubin's code")
-    built = _build_own(NVCC)
-    out = {}
-    for name in PRESETS:
-        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
-        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
-        mined.write_bytes(encode_json(mine(cap)))
-        own = {**own_committed(ex), "gemv.cubin": built["gemv.cubin"],
-               SPLITK_CUBIN: built[SPLITK_CUBIN]}
-        out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
-                                 command=f"uv run --frozen kern-gen {name} --gemm {g}",
-                                 fuse_norm=False)
-                     for g in ("gemv", "splitk")}
-        out[name]["sha"] = hashlib.sha256(built[SPLITK_CUBIN]).hexdigest()
+    out = gemm_variants(tmp_path_factory, ("gemv", "splitk"), ("gemv.cubin", SPLITK_CUBIN))
+    for v in out.values():
+        v["sha"] = v["sha"][SPLITK_CUBIN]
     return out
 
 

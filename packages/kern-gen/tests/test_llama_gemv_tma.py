@@ -7,7 +7,6 @@ step that follows ABI.md 4d; gemv_tma.cubin joins the cubins; the README says wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -15,15 +14,12 @@ from pathlib import Path
 
 import kern_manifest
 import pytest
-from kg_own import own_committed
-from kern_mine import encode_json, mine
+from kg_own import gemm_variants
 
-from kern_gen.llama import generate
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.gemm import (GEMV_COLS, PARAMS, SPLIT_PARAMS, TMA_BLOCK, TMA_GRID_CAP,
                                  TMA_SMEM, TMA_SYMBOLS)
 from kern_gen.llama.ir import TOK
-from kern_gen.llama.pipeline import _build_own
 
 ROOT = Path(__file__).resolve().parents[3]
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc",
@@ -36,21 +32,10 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found: the PDL ch
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory) -> dict[str, dict]:
-    """Per preset: {"gemv": Result, "tma": Result} (both fused, mined once per preset)."""
-    built = _build_own(NVCC)
-    out = {}
-    for name in PRESETS:
-        cap, cfg, ex, label = (ROOT / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
-        mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
-        mined.write_bytes(encode_json(mine(cap)))
-        own = {**own_committed(ex), "gemv.cubin": built["gemv.cubin"],
-               "gemv_tma.cubin": built["gemv_tma.cubin"]}
-        # --fuse-norm is gemv.cu's alone (the tma manifest cannot have it): compare without
-        out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
-                                 command=f"uv run --frozen kern-gen {name} --gemm {g}",
-                                 fuse_norm=False)
-                     for g in ("gemv", "tma")}
-        out[name]["sha"] = hashlib.sha256(built["gemv_tma.cubin"]).hexdigest()
+    """Per preset: {"gemv": Result, "tma": Result, "sha": gemv_tma.cubin's sha256}."""
+    out = gemm_variants(tmp_path_factory, ("gemv", "tma"), ("gemv.cubin", "gemv_tma.cubin"))
+    for v in out.values():
+        v["sha"] = v["sha"]["gemv_tma.cubin"]
     return out
 
 

@@ -47,6 +47,47 @@ def cubin_dir() -> Path:
     return out
 
 
+_PDL_ATTR = 6        # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def pdl_launcher():
+    """``launch(fn, grid, block, smem, stream, args)``: the cupy kernel ``fn`` through
+    ``cuLaunchKernelEx`` with programmatic stream serialization on ``stream`` (a CUDA stream
+    handle), ``args`` as numpy scalars (``ptr`` for pointers, np.int32, np.float32); None where
+    libcuda has no ``cuLaunchKernelEx``."""
+    import ctypes as C
+    try:
+        launch_ex = C.CDLL("libcuda.so.1").cuLaunchKernelEx
+    except (OSError, AttributeError):
+        return None
+
+    class Value(C.Union):
+        _fields_ = [("pad", C.c_char * 64), ("i", C.c_int)]
+
+    class Attr(C.Structure):
+        _fields_ = [("id", C.c_int), ("pad", C.c_char * 4), ("value", Value)]
+
+    class Config(C.Structure):
+        _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
+                    ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
+
+    ctype = {np.uint64: C.c_uint64, np.int32: C.c_int32, np.float32: C.c_float}
+
+    def launch(fn, grid, block, smem, stream, args):
+        # cupy's get_function gives a RawKernel (CUfunction at .kernel.ptr) or a Function (.ptr)
+        handle = getattr(fn, "ptr", None) or fn.kernel.ptr
+        attr = Attr(id=_PDL_ATTR)
+        attr.value.i = 1
+        cfg = Config((C.c_uint * 3)(*grid), (C.c_uint * 3)(*block), smem, C.c_void_p(stream),
+                     C.pointer(attr), 1)
+        vals = [ctype[type(v)](v) for v in args]
+        params = (C.c_void_p * len(vals))(*[C.cast(C.pointer(v), C.c_void_p) for v in vals])
+        rc = launch_ex(C.byref(cfg), C.c_void_p(handle), params, None)
+        assert rc == 0, f"cuLaunchKernelEx: CUresult {rc}"
+
+    return launch
+
+
 ATOL = 2e-2
 RTOL = 2e-2
 

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -164,51 +165,22 @@ def test_gemv_reads_only_its_rows(env):
 
 # ----------------------------------------------------------- programmatic dependent launch
 
-_PDL_ATTR = 6        # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-
-
 def _pdl_launcher(torch, kern):
-    """``launch(a, w, c)``: the GEMV through ``cuLaunchKernelEx`` with programmatic stream
-    serialization on torch's current stream (ctypes on libcuda; None when unavailable)."""
-    import ctypes as C
-
-    import _own_kernels_gpu
-    try:
-        lib = C.CDLL("libcuda.so.1")
-        launch_ex = lib.cuLaunchKernelEx
-    except (OSError, AttributeError):
+    """``launch(a, w, c)``: the GEMV with programmatic stream serialization on torch's current
+    stream (None when unavailable)."""
+    import _own_kernels_gpu as okg
+    launch = okg.pdl_launcher()
+    if launch is None:
         return None
     fn = kern.fn("gemv.cubin", "kern_gemv_bf16")
-    # cupy's RawModule.get_function gives a RawKernel (its CUfunction is .kernel.ptr) or,
-    # in older cupy, a Function (.ptr)
-    handle = getattr(fn, "ptr", None) or getattr(getattr(fn, "kernel", None), "ptr", None)
-    if handle is None:
-        return None
 
-    class Value(C.Union):
-        _fields_ = [("pad", C.c_char * 64), ("i", C.c_int)]
-
-    class Attr(C.Structure):
-        _fields_ = [("id", C.c_int), ("pad", C.c_char * 4), ("value", Value)]
-
-    class Config(C.Structure):
-        _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
-                    ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
-
-    def launch(a, w, c):
+    def gemv(a, w, c):
         m, (n, k) = a.shape[0], w.shape
-        attr = Attr(id=_PDL_ATTR)
-        attr.value.i = 1
-        cfg = Config((C.c_uint * 3)(-(-n // 16), -(-m // 8), 1),
-                     (C.c_uint * 3)(32 * _own_kernels_gpu.gemv_warps(n, k), 1, 1), 0,
-                     C.c_void_p(torch.cuda.current_stream().cuda_stream), C.pointer(attr), 1)
-        vals = [C.c_uint64(a.data_ptr()), C.c_uint64(w.data_ptr()), C.c_uint64(c.data_ptr()),
-                C.c_int32(m), C.c_int32(n), C.c_int32(k)]
-        params = (C.c_void_p * 6)(*[C.cast(C.pointer(v), C.c_void_p) for v in vals])
-        rc = launch_ex(C.byref(cfg), C.c_void_p(handle), params, None)
-        assert rc == 0, f"cuLaunchKernelEx: CUresult {rc}"
+        launch(fn, (-(-n // 16), -(-m // 8), 1), (32 * okg.gemv_warps(n, k), 1, 1), 0,
+               torch.cuda.current_stream().cuda_stream,
+               [okg.ptr(a), okg.ptr(w), okg.ptr(c), np.int32(m), np.int32(n), np.int32(k)])
 
-    return launch
+    return gemv
 
 
 @pytest.mark.gpu

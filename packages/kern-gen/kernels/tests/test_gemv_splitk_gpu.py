@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,7 +113,7 @@ def test_splitk_chain_under_pdl(env, splits):
     launch = _pdl_launcher(torch, kern)
     if launch is None:
         pytest.skip("no cuLaunchKernelEx / cupy function handle")
-    import ctypes as C
+    pdl = ok.pdl_launcher()
     g = torch.Generator(device="cuda").manual_seed(splits)
     x = torch.randn((1, 2560), generator=g, device="cuda").to(torch.bfloat16)
     w1 = (torch.randn((9728, 2560), generator=g, device="cuda") * 0.05).to(torch.bfloat16)
@@ -125,39 +126,15 @@ def test_splitk_chain_under_pdl(env, splits):
     want = z.clone()
     assert not torch.isnan(want).any()
     fn = kern.fn("gemv_splitk.cubin", f"kern_gemv_sk{splits}_bf16")
-    handle = getattr(fn, "ptr", None) or fn.kernel.ptr
-    lib = C.CDLL("libcuda.so.1")
     stream = torch.cuda.Stream()
     for _ in range(20):
         with torch.cuda.stream(stream):
             y.fill_(float("nan"))
             z.fill_(float("nan"))
             launch(x, w1, y)
-            _launch_pdl(lib, handle, (160, 1, splits), (32 * ok.gemv_warps(2560, 9728), 1, 1),
-                        stream.cuda_stream, [y.data_ptr(), w2.data_ptr(), z.data_ptr()],
-                        [1, 2560, 9728])
+            pdl(fn, (160, 1, splits), (32 * ok.gemv_warps(2560, 9728), 1, 1), 0,
+                stream.cuda_stream, [ok.ptr(y), ok.ptr(w2), ok.ptr(z), np.int32(1),
+                                     np.int32(2560), np.int32(9728)])
         stream.synchronize()
         assert torch.equal(z, want)
 
-
-def _launch_pdl(lib, handle, grid, block, stream, ptrs, ints):
-    import ctypes as C
-
-    class Value(C.Union):
-        _fields_ = [("pad", C.c_char * 64), ("i", C.c_int)]
-
-    class Attr(C.Structure):
-        _fields_ = [("id", C.c_int), ("pad", C.c_char * 4), ("value", Value)]
-
-    class Config(C.Structure):
-        _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
-                    ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
-
-    attr = Attr(id=6)
-    attr.value.i = 1
-    cfg = Config((C.c_uint * 3)(*grid), (C.c_uint * 3)(*block), 0, C.c_void_p(stream),
-                 C.pointer(attr), 1)
-    vals = [C.c_uint64(p) for p in ptrs] + [C.c_int32(i) for i in ints]
-    params = (C.c_void_p * len(vals))(*[C.cast(C.pointer(v), C.c_void_p) for v in vals])
-    rc = lib.cuLaunchKernelEx(C.byref(cfg), C.c_void_p(handle), params, None)
-    assert rc == 0, f"cuLaunchKernelEx: CUresult {rc}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -145,35 +146,16 @@ def test_tma_chain_under_pdl(env, m):
     """x -> up (9728 x 2560) -> y -> down (2560 x 9728) -> z with PDL: the second GEMV is let
     launch once the first has issued its last W copy and streams its weights early; it must
     wait for y.  z has the bits of plain launches, over NaN-poisoned y, 20 times."""
-    import ctypes as C
     torch, ok, kern = env
-    try:
-        launch_ex = C.CDLL("libcuda.so.1").cuLaunchKernelEx
-    except (OSError, AttributeError):
+    pdl = ok.pdl_launcher()
+    if pdl is None:
         pytest.skip("no cuLaunchKernelEx")
     f = _fn(kern, "kern_gemv_tma_bf16", 1)
-    handle = getattr(f, "ptr", None) or getattr(getattr(f, "kernel", None), "ptr", None)
-
-    class Value(C.Union):
-        _fields_ = [("pad", C.c_char * 64), ("i", C.c_int)]
-
-    class Attr(C.Structure):
-        _fields_ = [("id", C.c_int), ("pad", C.c_char * 4), ("value", Value)]
-
-    class Config(C.Structure):
-        _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
-                    ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
 
     def launch(a, w, c):
         mm, (n, k) = a.shape[0], w.shape
-        attr = Attr(id=6)        # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.i = 1
-        cfg = Config((C.c_uint * 3)(*_grid(n, mm, 1)), (C.c_uint * 3)(BLOCK, 1, 1), SMEM[1],
-                     C.c_void_p(torch.cuda.current_stream().cuda_stream), C.pointer(attr), 1)
-        vals = [C.c_uint64(a.data_ptr()), C.c_uint64(w.data_ptr()), C.c_uint64(c.data_ptr()),
-                C.c_int32(mm), C.c_int32(n), C.c_int32(k)]
-        params = (C.c_void_p * 6)(*[C.cast(C.pointer(v), C.c_void_p) for v in vals])
-        assert launch_ex(C.byref(cfg), C.c_void_p(handle), params, None) == 0
+        pdl(f, _grid(n, mm, 1), (BLOCK, 1, 1), SMEM[1], torch.cuda.current_stream().cuda_stream,
+            [ok.ptr(a), ok.ptr(w), ok.ptr(c), np.int32(mm), np.int32(n), np.int32(k)])
 
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn((m, 2560), generator=g, device="cuda").to(torch.bfloat16)
