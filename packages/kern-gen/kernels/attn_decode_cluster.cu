@@ -8,11 +8,12 @@
 // cluster: each block reduces its keys to (M, L, a) per query head in its shared memory,
 // the cluster barrier publishes them, and the cluster's rank 0 merges the eight through
 // DSMEM and writes `out`.  No scratch, no atomic, no second launch.  In the decode step (kern-run
-// bench, H100, PDL on): SmolLM2 0.703 -> 0.639 ms/token, Qwen3-4B shape 3.637 -> 3.590
-// (docs/measurements.md, session 22).
+// bench, H100, PDL on, this 256-thread build): SmolLM2 0.707 -> 0.640 ms/token, Qwen3-4B shape
+// 3.636 -> 3.582; with the rope folded in (below) 0.594 and 3.520 (docs/measurements.md,
+// session 22).
 //
 // Grid (n_kv_heads, kC, tokens), cluster (1, kC, 1) compiled in (`__cluster_dims__`: no
-// launch attribute needed), block kThreads<D>.  Row t sees kv_len = kv_lens[t] >= 1 keys; the
+// launch attribute needed), block Threads<D>::value.  Row t sees kv_len = kv_lens[t] >= 1 keys; the
 // block of cluster rank r handles keys [r*c, min((r+1)*c, kv_len)), c = ceil(kv_len / kC),
 // for all G = n_q_heads / n_kv_heads <= kMaxG query heads of its kv head.  The keys are split
 // evenly at every context, so a row's cache is streamed by kC blocks: the kernel is for short
@@ -20,11 +21,9 @@
 // as fast or faster, ABI.md 3a″).
 //
 // Paged pool and strides as in attn_decode_split.cu (ABI.md 3).
-#include <cuda_bf16.h>
-#include <stdint.h>
-#include <math_constants.h>
 #include <cooperative_groups.h>
 
+#include "attn_core.cuh"
 #include "rope_core.cuh"
 
 namespace cg = cooperative_groups;
@@ -43,38 +42,13 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-constexpr int kMaxG = 4;     // query heads per kv head (GQA group) the kernel holds
-constexpr int kUnroll = 4;   // keys in flight per key group
+// kMaxG (query heads per kv head the kernel holds), kUnroll (keys in flight per key group),
+// kLog2e and the page constants: attn_core.cuh.
 constexpr int kC = 8;        // blocks of a cluster = splits of a (row, kv head)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kPageTokens = 16;  // slots per page of the KV pool (caller contract PAGE_TOKENS)
-constexpr int kPageShift = 4;
-static_assert(kPageTokens == 1 << kPageShift, "page size is a power of two");
 
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
-
-__device__ __forceinline__ void bf16x8_to_f32(const uint4& w, float (&f)[8]) {
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        f[2 * k] = __uint_as_float(ws[k] << 16);
-        f[2 * k + 1] = __uint_as_float(ws[k] & 0xffff0000u);
-    }
-}
-
-__device__ __forceinline__ uint4 ldg_nc(const __nv_bfloat16* p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
-
-// Element offset of key `key` (in page `page`) in a cache of slot stride `stride`.
-__device__ __forceinline__ int64_t slot_offset(int page, int key, int64_t stride) {
-    return ((int64_t)page * kPageTokens + (key & (kPageTokens - 1))) * stride;
-}
 
 // Shared memory of a block: the key groups' partial states, then the block's merged state
 // (read by the cluster's rank 0 through DSMEM).
