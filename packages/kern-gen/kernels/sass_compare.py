@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--nvdisasm")
     args = ap.parse_args()
-    tool = find_nvdisasm(args.nvdisasm)
+    tool = None                  # found when a pair of cubins first differs in bytes
     names = sorted({p.name for d in (args.old, args.new) for p in d.glob("*.cubin")})
     bad = 0
     for name in names:
@@ -64,6 +64,7 @@ def main() -> int:
         if a.read_bytes() == b.read_bytes():
             print(f"{name}: bytes same")
             continue
+        tool = tool or find_nvdisasm(args.nvdisasm)
         sa, sb = sass(tool, a), sass(tool, b)
         if sa == sb:
             print(f"{name}: bytes differ, SASS same ({len(sa)} lines)")

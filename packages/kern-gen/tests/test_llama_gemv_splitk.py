@@ -34,8 +34,10 @@ def test_the_rule_on_the_example_shapes():
         (960, 576), (576, 576), (1536, 576), (576, 1536), (49152, 576)]}         # SmolLM2
     assert got == {(6144, 2560): 1, (2560, 4096): 4, (9728, 2560): 1, (2560, 9728): 4,
                    (151936, 2560): 1, (960, 576): 1, (576, 576): 1, (1536, 576): 1,
-                   (576, 1536): 2, (49152, 576): 1}
-    assert splits(16, 8) == 1 and splits(2560, 1024) == 2       # k too short for more
+                   (576, 1536): 1, (49152, 576): 1}
+    assert splits(4096, 2048) == 4          # 256 blocks: 1024 reach TARGET_BLOCKS
+    assert splits(256, 65536) == 8          # 16 blocks: the largest S
+    assert splits(2560, 1024) == 1          # 5 MB: below MIN_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +67,15 @@ def test_only_the_split_shapes_differ(variants, name):
     differ = {k for k in a["kernels"] if a["kernels"][k] != b["kernels"][k]}
     picked = {k for k in a["kernels"] if (m := FEW_ROW.match(k))
               and splits(int(m.group(3)), int(m.group(4))) > 1}
-    assert differ == picked and picked
-    assert {FEW_ROW.match(k).group(1) for k in picked} == {"decode", "verify"}
+    assert differ == picked
     ra, rb = variants[name]["gemv"], variants[name]["splitk"]
-    assert set(rb.cubins) == set(ra.cubins) | {SPLITK_CUBIN}
     text = rb.readme.decode()
     assert "`--gemm splitk`: the few-row programs' GEMMs" in text and "gemm_splitk.py" in text
+    if name == "llama":          # SmolLM2's GEMVs are too small to split (MIN_BYTES)
+        assert not picked and set(rb.cubins) == set(ra.cubins)
+        return
+    assert {FEW_ROW.match(k).group(1) for k in picked} == {"decode", "verify"}
+    assert set(rb.cubins) == set(ra.cubins) | {SPLITK_CUBIN}
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -90,4 +95,4 @@ def test_splitk_steps_follow_the_abi(variants, name):
                       "grid": [-(-n // GEMV_COLS), gy, s], "pdl": True,
                       "args": [{"arg": i} for i in range(len(PARAMS))]}, k
         seen += 1
-    assert seen >= 2
+    assert seen >= (0 if name == "llama" else 4)

@@ -36,3 +36,7 @@ app.command("dspark")(dspark_command)
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

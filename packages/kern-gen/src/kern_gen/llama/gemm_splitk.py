@@ -34,13 +34,19 @@ TARGET_BLOCKS = 4 * SMS
 MIN_STEPS = 16
 """k steps of 32 elements each split keeps at least (fewer: the cluster merge outweighs the
 shorter stream)."""
+MIN_BYTES = 16 << 20
+"""Split only a weight of at least this many bytes (W's rows of the GEMV: 2 n k).  Below it the
+GEMV is latency-bound (16 MiB stream in ~3.5 µs at 4.8 TB/s, about two launch ramps), so an
+SM's extra block costs little and the cluster barrier would cost more: SmolLM2-135M's GEMVs
+(1-3.5 MB, measured launch-bound, docs/measurements.md issue 16) keep gemv.cu."""
 
 
 def splits(cols: int, k: int) -> int:
-    """Cluster size S for a GEMV of ``cols`` 16-column output blocks' columns (the gate
-    columns of the SiLU variant) and ``k``: 1 (gemv.cu) or one of :data:`SPLITS`."""
+    """Cluster size S for a GEMV of ``cols`` output columns (the gate columns of the SiLU
+    variant) and ``k``: 1 (gemv.cu) or one of :data:`SPLITS`.  A provisional rule (session
+    23: written without a GPU; kernels/bench_gemv_splitk.py measures every S per shape)."""
     blocks = -(-cols // 16)
-    if blocks >= MAX_BLOCKS:
+    if blocks >= MAX_BLOCKS or 2 * cols * k < MIN_BYTES:
         return 1
     steps = -(-k // 32)
     best = 1
