@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+import _own_kernels_gpu as okg  # noqa: E402
 from bench_gemv_tma import graph_us, launch  # noqa: E402
 
 MODELS = {
@@ -49,60 +50,70 @@ class Kern:
 def main():
     kern = Kern(sys.argv[1])
     gen = torch.Generator(device="cuda").manual_seed(0)
-    import _own_kernels_gpu as okg
     for model, (layers, shapes) in MODELS.items():
         W = {name: [(torch.randn(s, generator=gen, device="cuda") * 0.02).to(torch.bfloat16)
                     for _ in range(layers if name != "lm_head" else 1)]
              for name, s in shapes.items()}
-        m = 1
-        acts = {name: torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16)
-                for name, (n, k) in shapes.items()}
-        outs = {name: torch.empty((m, n // 2 if name == "gate_up" else n), dtype=torch.bfloat16,
-                                  device="cuda") for name, (n, k) in shapes.items()}
-        print(f"\n== {model}, m = 1: µs per GEMV, chain of {layers} distinct weights, PDL, graph "
-              f"(S x warps; S = 1 is gemv.cu; * the generator's warps today)")
-        print(f"  {'shape':8s}" + "".join(f"{f'{s}x{nw}':>9s}" for s, nw in CONFIGS)
-              + f"{'cublas':>9s}")
-        best = {}
-        for name, (n, k) in shapes.items():
-            silu = name == "gate_up"
-            rule = (1, okg.gemv_warps(n, k))
-            row, times = f"  {name:8s}", {}
-            for cfg in CONFIGS:
-                if cfg[1] * 32 > 32 * -(-k // 32) or (name == "lm_head" and cfg[0] > 1):
-                    row += f"{'-':>9s}"
-                    continue
-                def chain(cfg=cfg, name=name, silu=silu):
-                    for w in W[name]:
-                        kern(cfg, acts[name], w, outs[name], silu=silu)
-                times[cfg] = graph_us(chain) / len(W[name])
-                row += f"{times[cfg]:8.2f}" + ("*" if cfg == rule else " ")
-            def cub(name=name, silu=silu):
-                for w in W[name]:
-                    if silu:
-                        y = torch.nn.functional.linear(acts[name], w)
-                        h = y.shape[1] // 2
-                        outs[name].copy_(torch.nn.functional.silu(y[:, :h]) * y[:, h:])
-                    else:
-                        torch.matmul(acts[name], w.t(), out=outs[name])
-            row += f"{graph_us(cub) / len(W[name]):9.2f}"
-            best[name] = min(times, key=times.get)
-            print(row + f"   best {best[name][0]}x{best[name][1]}", flush=True)
-        x, qkv, att = acts["qkv"], outs["qkv"], acts["o"]
-        o, h = outs["o"], outs["gate_up"]
-        for label, pick in (("plain (generator's warps)",
-                             {nm: (1, okg.gemv_warps(*shapes[nm])) for nm in shapes}),
-                            ("best per shape", best)):
-            def step(pick=pick):
-                for i in range(layers):
-                    kern(pick["qkv"], x, W["qkv"][i], qkv)
-                    kern(pick["o"], att, W["o"][i], o)
-                    kern(pick["gate_up"], o, W["gate_up"][i], h, silu=True)
-                    kern(pick["down"], h, W["down"][i], x)
-                kern(pick["lm_head"], x, W["lm_head"][0], outs["lm_head"])
-            print(f"  step GEMMs, {label:26s} {graph_us(step, reps=15):9.1f} µs", flush=True)
+        for m in (1, 8):             # decode, verify
+            table(kern, model, layers, shapes, W, m, gen)
         W = None                      # free the model's weights before the next
-        torch.cuda.empty_cache()
+
+
+def table(kern, model, layers, shapes, W, m, gen):
+    """One model's per-shape table at m rows, then its step GEMMs (plain vs best picks)."""
+    acts = {name: torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16)
+            for name, (n, k) in shapes.items()}
+    outs = {name: torch.empty((m, n // 2 if name == "gate_up" else n), dtype=torch.bfloat16,
+                              device="cuda") for name, (n, k) in shapes.items()}
+    print(f"\n== {model}, m = {m}: µs per GEMV, chain of {layers} distinct weights, PDL, "
+          f"graph (S x warps; S = 1 is gemv.cu; * the generator's warps today)")
+    print(f"  {'shape':8s}" + "".join(f"{f'{s}x{nw}':>9s}" for s, nw in CONFIGS)
+          + f"{'cublas':>9s}")
+    best = {}
+    for name, (n, k) in shapes.items():
+        silu = name == "gate_up"
+        rule = (1, okg.gemv_warps(n, k))
+        row, times = f"  {name:8s}", {}
+        for cfg in CONFIGS:
+            if cfg[1] * 32 > 32 * -(-k // 32) or (name == "lm_head" and cfg[0] > 1):
+                row += f"{'-':>9s}"
+                continue
+            def chain(cfg=cfg, name=name, silu=silu):
+                for w in W[name]:
+                    kern(cfg, acts[name], w, outs[name], silu=silu)
+            times[cfg] = graph_us(chain) / len(W[name])
+            row += f"{times[cfg]:8.2f}" + ("*" if cfg == rule else " ")
+        def cub(name=name, silu=silu):
+            for w in W[name]:
+                if silu:
+                    y = torch.nn.functional.linear(acts[name], w)
+                    h = y.shape[1] // 2
+                    outs[name].copy_(torch.nn.functional.silu(y[:, :h]) * y[:, h:])
+                else:
+                    torch.matmul(acts[name], w.t(), out=outs[name])
+        row += f"{graph_us(cub) / len(W[name]):9.2f}"
+        best[name] = min(times, key=times.get)
+        print(row + f"   best {best[name][0]}x{best[name][1]}", flush=True)
+    x, qkv, att = acts["qkv"], outs["qkv"], acts["o"]
+    o, h = outs["o"], outs["gate_up"]
+    picks = [("plain (generator's warps)",
+              {nm: (1, okg.gemv_warps(*shapes[nm])) for nm in shapes}), ("best per shape", best)]
+    try:        # kern-gen --gemm splitk's picks, where kern_gen is importable (PYTHONPATH)
+        from kern_gen.llama.gemm_splitk import splits
+        picks.append(("kern-gen --gemm splitk", {
+            nm: (splits(n // 2 if nm == "gate_up" else n, k), okg.gemv_warps(n, k))
+            for nm, (n, k) in shapes.items()}))
+    except ImportError:
+        pass
+    for label, pick in picks:
+        def step(pick=pick):
+            for i in range(layers):
+                kern(pick["qkv"], x, W["qkv"][i], qkv)
+                kern(pick["o"], att, W["o"][i], o)
+                kern(pick["gate_up"], o, W["gate_up"][i], h, silu=True)
+                kern(pick["down"], h, W["down"][i], x)
+            kern(pick["lm_head"], x, W["lm_head"][0], outs["lm_head"])
+        print(f"  step GEMMs, {label:26s} {graph_us(step, reps=15):9.1f} µs", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@
 #                                                                        -> $OUT/lever.txt
 #   check   the Qwen3-4B shape teacher-forced against transformers with --gemm splitk
 #           (device_check_qwen3.py)                                      -> $OUT/check/
+#   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
+#           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
+#           run (the check that found --gemm tma nondeterministic in the multi-row programs,
+#           session 15; not in the default steps)                      -> $OUT/dspark/
 set -u -o pipefail
 : "${OUT:?set OUT}"
 STEPS=("$@")
@@ -53,6 +57,15 @@ for step in "${STEPS[@]}"; do
       timeout 300 python3 packages/kern-gen/device_check_qwen3.py --example /tmp/lev/qwen3-splitk \
         --out "$OUT/check" > "$OUT/check/log.txt" 2>&1 || rc=1
       tail -12 "$OUT/check/log.txt" ;;
+    dspark)
+      [ -f /tmp/lev/qwen3-dspark-splitk/manifest.json ] || python3 -m kern_gen.cli dspark qwen3 \
+        --gemm splitk --draft examples/qwen3-4b-dspark/dspark.json \
+        --out /tmp/lev/qwen3-dspark-splitk > /dev/null || rc=1
+      mkdir -p "$OUT/dspark"
+      timeout 400 python3 packages/kern-gen/device_check_dspark.py --target qwen3 \
+        --example /tmp/lev/qwen3-dspark-splitk --chain --repeat 3 --steps 64 --out "$OUT/dspark" \
+        > "$OUT/dspark/log.txt" 2>&1 || rc=1
+      tail -15 "$OUT/dspark/log.txt" ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
 done
