@@ -33,6 +33,7 @@ from kern_gen.llama.ir import Buf, Op, Program, Ref
 ROOT = Path(__file__).resolve().parents[3]
 ABI = (ROOT / "packages/kern-gen/kernels/ABI.md").read_text()
 SRC = (ROOT / "packages/kern-gen/kernels/attn_decode_cluster.cu").read_text()
+CORE = (ROOT / "packages/kern-gen/kernels/attn_core.cuh").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +174,9 @@ def test_abi_documents_the_launches():
         f"kern_attn_decode_cluster{v}_bf16_d{d}" for v in ("", "_rope", "_rope_norm")
         for d in (64, 128)}
     assert re.search(r"constexpr int kC = (\d+);", SRC).group(1) == str(AC.CLUSTER_SPLITS)
-    assert re.search(r"constexpr int kMaxG = (\d+);", SRC).group(1) == \
-        str(AC.CLUSTER_MAX_GROUP)
+    assert re.search(r"constexpr int kMaxG = (\d+);", CORE).group(1) == \
+        str(AC.CLUSTER_MAX_GROUP)                   # attn_core.cuh, which the kernel includes
+    assert '#include "attn_core.cuh"' in SRC
     for d in (64, 128):
         assert re.search(rf"#define KERN_CLUSTER_THREADS_D{d} (\d+)", SRC).group(1) == \
             str(AC.CLUSTER_THREADS)

@@ -118,9 +118,10 @@ def test_the_gemm_step_comes_from_gemm_impls():
     assert st == step("extern:cublaslt_bf16_tn", st["params"], [1, 1, 1], [1, 1, 1],
                       [{"arg": i} for i in range(6)])
     assert "cubin" not in st and "shared_mem" not in st
-    assert list(GEMM_IMPLS) == ["cublaslt", "gemv", "tma"] and FEW_ROWS == {"decode", "verify", "decode_spec", "draft"}
+    assert list(GEMM_IMPLS) == ["cublaslt", "gemv", "tma", "splitk"]
+    assert FEW_ROWS == {"decode", "verify", "decode_spec", "draft"}
     with pytest.raises(WiringError, match="GEMM implementation `tiled`: the generator has "
-                                          "cublaslt, gemv, tma"):
+                                          "cublaslt, gemv, splitk, tma"):
         EMIT["gemm"](_asm(gemm_impl="tiled"), "decode", _gemm_op(), 1)
 
 
