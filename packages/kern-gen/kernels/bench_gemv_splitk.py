@@ -101,7 +101,8 @@ def table(kern, model, layers, shapes, W, m, gen):
     try:        # kern-gen --gemm splitk's picks, where kern_gen is importable (PYTHONPATH)
         from kern_gen.llama.gemm_splitk import splits
         picks.append(("kern-gen --gemm splitk", {
-            nm: (splits(n // 2 if nm == "gate_up" else n, k), okg.gemv_warps(n, k))
+            nm: (splits(n // 2, k, tiles=2) if nm == "gate_up" else splits(n, k),
+                 okg.gemv_warps(n, k))
             for nm, (n, k) in shapes.items()}))
     except ImportError:
         pass

@@ -66,7 +66,7 @@ def test_only_the_split_shapes_differ(variants, name):
     assert list(a["kernels"]) == list(b["kernels"])
     differ = {k for k in a["kernels"] if a["kernels"][k] != b["kernels"][k]}
     picked = {k for k in a["kernels"] if (m := FEW_ROW.match(k))
-              and splits(int(m.group(3)), int(m.group(4))) > 1}
+              and splits(int(m.group(3)), int(m.group(4)), 2 if m.group(2) else 1) > 1}
     assert differ == picked
     ra, rb = variants[name]["gemv"], variants[name]["splitk"]
     text = rb.readme.decode()
@@ -84,9 +84,10 @@ def test_splitk_steps_follow_the_abi(variants, name):
     seen = 0
     for k, kern in doc["kernels"].items():
         m = FEW_ROW.match(k)
-        if not m or (s := splits(int(m.group(3)), int(m.group(4)))) == 1:
+        silu = bool(m and m.group(2))
+        if not m or (s := splits(int(m.group(3)), int(m.group(4)), 2 if silu else 1)) == 1:
             continue
-        silu, n, kk = m.group(2) == "_silu", int(m.group(3)), int(m.group(4))
+        n, kk = int(m.group(3)), int(m.group(4))
         gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
         (st,) = kern["impl"]["steps"]
         assert st == {"symbol": symbol(s, silu), "cubin": SPLITK_CUBIN,

@@ -38,8 +38,8 @@ def dspark_command(
     nvcc: Annotated[Optional[str], typer.Option(help="nvcc for the own kernels")] = None,
     gemm: Annotated[str, typer.Option(help="GEMM implementation of the few-row programs "
                                       "(cublaslt, gemv, splitk or tma)")] = DEFAULT_GEMM,
-    fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv, splitk or tma: "
-                                       "fusions in the few-row programs (rope + K/V writes, "
+    fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv, splitk or "
+                                       "tma: fusions in the few-row programs (rope + K/V writes, "
                                        "the fused GEMVs)")] = True,
     gemm_acc: Annotated[str, typer.Option(help="accumulating GEMMs (the taps) of the "
                                           "few-row programs: cublaslt (the β = 1 extern) or "

@@ -64,8 +64,8 @@ def _make(preset: str):
                                                "cluster with each decode layer's rope and "
                                                "K/V writes folded in); prefill always uses "
                                                "the flash kernel")] = DEFAULT_ATTENTION,
-        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv, splitk or tma: "
-                                           "fusions "
+        fuse: Annotated[bool, typer.Option("--fuse/--no-fuse", help="with --gemm gemv, splitk "
+                                           "or tma: fusions "
                                            "in the few-row programs: a Llama layer's rope + "
                                            "K/V writes in one launch, gate/up + "
                                            "SiLU*mul in one, verify's q/k/v in one")]

@@ -261,10 +261,11 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
-    elif asm.gemm_impl == "splitk" and SK.splits(n, k) > 1:
-        nw, s = gemv_warps(2 * n, k), SK.splits(n, k)
+    elif asm.gemm_impl == "splitk" and SK.splits(n, k, tiles=2) > 1:
+        nw, s = gemv_warps(2 * n, k), SK.splits(n, k, tiles=2)
         st = SK.splitk_step(asm, s, True, PARAMS, n, nw, rows)
-        how = f"own `{SK.symbol(s, True)}` (gate/up GEMV + SiLU·mul, k in {s} splits, {nw} warps)"
+        how = (f"own `{SK.symbol(s, True)}` (gate/up GEMV + SiLU·mul, k in {s} splits, "
+               f"{nw} warps)")
     else:
         nw = gemv_warps(2 * n, k)
         st = _gemv_step(asm, SILU_SYMBOL, PARAMS, n, nw, rows)

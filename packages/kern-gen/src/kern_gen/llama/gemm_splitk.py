@@ -41,12 +41,13 @@ SM's extra block costs little and the cluster barrier would cost more: SmolLM2-1
 (1-3.5 MB, measured launch-bound, docs/measurements.md issue 16) keep gemv.cu."""
 
 
-def splits(cols: int, k: int) -> int:
+def splits(cols: int, k: int, tiles: int = 1) -> int:
     """Cluster size S for a GEMV of ``cols`` output columns (the gate columns of the SiLU
-    variant) and ``k``: 1 (gemv.cu) or one of :data:`SPLITS`.  A provisional rule (session
-    23: written without a GPU; kernels/bench_gemv_splitk.py measures every S per shape)."""
+    variant, whose blocks read ``tiles`` = 2 W rows a column) and ``k``: 1 (gemv.cu) or one of
+    :data:`SPLITS`.  A provisional rule (session 23: written without a GPU;
+    kernels/bench_gemv_splitk.py measures every S per shape)."""
     blocks = -(-cols // 16)
-    if blocks >= MAX_BLOCKS or 2 * cols * k < MIN_BYTES:
+    if blocks >= MAX_BLOCKS or 2 * tiles * cols * k < MIN_BYTES:
         return 1
     steps = -(-k // 32)
     best = 1
