@@ -5,9 +5,11 @@ gate_up + SiLU, down, then lm_head) with the plain GEMV everywhere against each 
 fastest configuration from the table above it (same run).  From the repository root on the
 GPU machine, after ``python3 packages/kern-gen/kernels/build.py /tmp/own``:
 
-    python3 packages/kern-gen/kernels/bench_gemv_splitk.py /tmp/own
+    python3 packages/kern-gen/kernels/bench_gemv_splitk.py /tmp/own [--steps-only]
 
 Configurations: S (splits) in 1 (gemv.cu), 2, 4, 8 and warps a block in 4, 8, 16.
+``--steps-only``: only the step rows (gemv.cu and kern-gen's picks), e.g. for a variant build
+(``build.py -D KERN_GEMV_PREWAIT=1``) against the default one.
 """
 import sys
 from pathlib import Path
@@ -49,28 +51,31 @@ class Kern:
 
 def main():
     kern = Kern(sys.argv[1])
+    steps_only = "--steps-only" in sys.argv[2:]
     gen = torch.Generator(device="cuda").manual_seed(0)
     for model, (layers, shapes) in MODELS.items():
         W = {name: [(torch.randn(s, generator=gen, device="cuda") * 0.02).to(torch.bfloat16)
                     for _ in range(layers if name != "lm_head" else 1)]
              for name, s in shapes.items()}
         for m in (1, 8):             # decode, verify
-            table(kern, model, layers, shapes, W, m, gen)
+            table(kern, model, layers, shapes, W, m, gen, steps_only)
         W = None                      # free the model's weights before the next
 
 
-def table(kern, model, layers, shapes, W, m, gen):
-    """One model's per-shape table at m rows, then its step GEMMs (plain vs best picks)."""
+def table(kern, model, layers, shapes, W, m, gen, steps_only=False):
+    """One model's per-shape table at m rows (unless ``steps_only``), then its step GEMMs
+    (plain, the best picks of the table, kern-gen's picks)."""
     acts = {name: torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16)
             for name, (n, k) in shapes.items()}
     outs = {name: torch.empty((m, n // 2 if name == "gate_up" else n), dtype=torch.bfloat16,
                               device="cuda") for name, (n, k) in shapes.items()}
     print(f"\n== {model}, m = {m}: µs per GEMV, chain of {layers} distinct weights, PDL, "
           f"graph (S x warps; S = 1 is gemv.cu; * the generator's warps today)")
-    print(f"  {'shape':8s}" + "".join(f"{f'{s}x{nw}':>9s}" for s, nw in CONFIGS)
-          + f"{'cublas':>9s}")
     best = {}
-    for name, (n, k) in shapes.items():
+    if not steps_only:
+        print(f"  {'shape':8s}" + "".join(f"{f'{s}x{nw}':>9s}" for s, nw in CONFIGS)
+              + f"{'cublas':>9s}")
+    for name, (n, k) in ({} if steps_only else shapes).items():
         silu = name == "gate_up"
         rule = (1, okg.gemv_warps(n, k))
         row, times = f"  {name:8s}", {}
@@ -97,7 +102,9 @@ def table(kern, model, layers, shapes, W, m, gen):
     x, qkv, att = acts["qkv"], outs["qkv"], acts["o"]
     o, h = outs["o"], outs["gate_up"]
     picks = [("plain (generator's warps)",
-              {nm: (1, okg.gemv_warps(*shapes[nm])) for nm in shapes}), ("best per shape", best)]
+              {nm: (1, okg.gemv_warps(*shapes[nm])) for nm in shapes})]
+    if best:
+        picks.append(("best per shape", best))
     try:        # kern-gen --gemm splitk's picks, where kern_gen is importable (PYTHONPATH)
         from kern_gen.llama.gemm_splitk import splits
         picks.append(("kern-gen --gemm splitk", {

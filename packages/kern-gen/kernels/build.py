@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build kern's own CUDA kernels into cubins, reproducibly.
 
-    python3 build.py OUT_DIR [--nvcc PATH] [--verbose]
+    python3 build.py OUT_DIR [--nvcc PATH] [--verbose] [--define NAME=VALUE ...]
 
 Compiles every ``*.cu`` beside this file (with the ``*.cuh`` headers beside it, which the
 sources ``#include``) with fixed flags into ``OUT_DIR/<name>.cubin`` and
@@ -10,7 +10,8 @@ prints ``<sha256>  <name>.cubin`` for each.  Standard library only.
 Reproducibility: nvcc runs in a fresh temporary directory of a fixed name pattern, on a copy
 of the source under a fixed file name, with no debug or line information, so neither the
 checkout path nor the time of day can reach the cubin.  Building twice gives identical bytes
-(the CPU test checks it).
+(the CPU test checks it).  ``--define`` adds ``-D`` flags for a lever's variant build (e.g.
+``KERN_GEMV_PREWAIT=1``, gemv_core.cuh); the generator and the examples use the plain build.
 """
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_one(nvcc: str, src: Path, out_dir: Path, verbose: bool = False) -> Path:
-    """Compile one source to ``out_dir/<stem>.cubin`` and return the path."""
+def build_one(nvcc: str, src: Path, out_dir: Path, verbose: bool = False,
+              defines: tuple[str, ...] = ()) -> Path:
+    """Compile one source to ``out_dir/<stem>.cubin`` (``defines``: extra ``-D`` macros) and
+    return the path."""
     out = out_dir / f"{src.stem}.cubin"
     with tempfile.TemporaryDirectory(prefix="kern-gen-kernels-") as tmp:
         work = Path(tmp)
@@ -68,16 +71,17 @@ def build_one(nvcc: str, src: Path, out_dir: Path, verbose: bool = False) -> Pat
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         env["SOURCE_DATE_EPOCH"] = "0"
-        cmd = [nvcc, *NVCC_FLAGS, "kernel.cu", "-o", "kernel.cubin"]
+        cmd = [nvcc, *NVCC_FLAGS, *(f"-D{d}" for d in defines), "kernel.cu", "-o",
+               "kernel.cubin"]
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"nvcc failed on {src.name}:\n{proc.stdout}{proc.stderr}")
         if verbose:
             # ptxas records its options in the cubin: the -v report comes from a separate,
             # discarded compile so that the pinned cubin never depends on --verbose.
-            rep = subprocess.run([nvcc, *NVCC_FLAGS, "-Xptxas=-v", "kernel.cu", "-o",
-                                  "report.cubin"], cwd=work, env=env, capture_output=True,
-                                 text=True)
+            rep = subprocess.run([nvcc, *NVCC_FLAGS, *(f"-D{d}" for d in defines),
+                                  "-Xptxas=-v", "kernel.cu", "-o", "report.cubin"], cwd=work,
+                                 env=env, capture_output=True, text=True)
             print(f"# {src.name}", file=sys.stderr)
             print((rep.stdout + rep.stderr).rstrip(), file=sys.stderr)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -87,14 +91,16 @@ def build_one(nvcc: str, src: Path, out_dir: Path, verbose: bool = False) -> Pat
     return out
 
 
-def build(out_dir: Path, nvcc: str | None = None, verbose: bool = False) -> dict[str, str]:
-    """Build every kernel; return ``{cubin file name: sha256}``."""
+def build(out_dir: Path, nvcc: str | None = None, verbose: bool = False,
+          defines: tuple[str, ...] = ()) -> dict[str, str]:
+    """Build every kernel (``defines``: extra ``-D`` macros, a lever's variant); return
+    ``{cubin file name: sha256}``."""
     exe = find_nvcc(nvcc)
     if exe is None:
         raise FileNotFoundError("nvcc not found (PATH, /usr/local/bin, /usr/local/cuda/bin)")
     result = {}
     for src in sources():
-        path = build_one(exe, src, out_dir, verbose=verbose)
+        path = build_one(exe, src, out_dir, verbose=verbose, defines=defines)
         result[path.name] = sha256_file(path)
     return result
 
@@ -105,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nvcc", default=None, help="nvcc to use (default: PATH, /usr/local/...)")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="pass -Xptxas=-v and show ptxas' register/spill report on stderr")
+    ap.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE",
+                    help="an extra -D macro (repeatable): a lever's variant build")
     args = ap.parse_args(argv)
     try:
-        digests = build(args.out_dir, args.nvcc, args.verbose)
+        digests = build(args.out_dir, args.nvcc, args.verbose, tuple(args.define))
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -31,6 +31,31 @@ __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
     return r;
 }
 
+// The first W batch, meant to be in flight before griddepcontrol.wait.  ptxas moves .nc
+// loads freely (the data is read-only for the kernel's life) and in every build so far placed
+// the wait (SASS ACQBULK) before them: no W byte was requested before the previous kernel
+// ended (kernels/sass_compare.py's nvdisasm, session 23).  A coherent ld.global is not moved
+// below the wait.  KERN_GEMV_PREWAIT=1 loads the first batch that way (W is never written
+// by any program, so reading it before the wait is safe): a lever, off in the build until a
+// GPU run measures it (docs/plan-issue-16.md, session 23).
+#ifndef KERN_GEMV_PREWAIT
+#define KERN_GEMV_PREWAIT 0
+#endif
+
+__device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
+#if KERN_GEMV_PREWAIT
+    uint4 r;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @q ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
+    return r;
+#else
+    return ld_w(p, ok);
+#endif
+}
+
 // 16 bytes of A (written by the previous kernel: a coherent load, issued only after
 // griddepcontrol.wait; volatile keeps it there), zeros when !ok.
 __device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
@@ -120,8 +145,8 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
         const bool ok = off + 8 * t4 < k;
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-            wl[t][u] = ld_w(wlo[t] + off, ok && lo_ok[t]);
-            wh[t][u] = ld_w(whi[t] + off, ok && hi_ok[t]);
+            wl[t][u] = ld_w_first(wlo[t] + off, ok && lo_ok[t]);
+            wh[t][u] = ld_w_first(whi[t] + off, ok && hi_ok[t]);
         }
     }
     norm.before_wait();

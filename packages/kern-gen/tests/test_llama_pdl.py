@@ -75,6 +75,23 @@ def test_a_load_before_the_wait_refuses_pdl_unless_only_weights_are_read_first()
     assert sass.pdl_wait(patched, "kern_embedding_bf16", weights_first=True)
 
 
+def test_accesses_before_the_wait_are_counted():
+    """The shipped GEMV requests nothing before its wait (ptxas placed ACQBULK first,
+    session 23); a wait moved after the first access counts that access; no wait: all."""
+    gemv = _own("gemv.cubin")
+    assert sass.accesses_before_wait(gemv, "kern_gemv_bf16") == 0
+    cut = _patch(_own("embedding.cubin"), "kern_embedding_bf16", sass.ACQBULK, NOP)
+    code = sass.function_code(cut, "kern_embedding_bf16")
+    total = sum(struct.unpack_from("<Q", code, i)[0] & 0xFFF in sass.GLOBAL_MEMORY
+                for i in range(0, len(code), 16))
+    assert total > 1 and sass.accesses_before_wait(cut, "kern_embedding_bf16") == total
+    first = sass.pdl_facts(cut, "kern_embedding_bf16").first_access[0]
+    late = bytearray(code)
+    lo = struct.unpack_from("<Q", late, 16 * (first + 1))[0]
+    struct.pack_into("<Q", late, 16 * (first + 1), (lo & ~0xFFFF) | 0x7000 | sass.ACQBULK)
+    assert sass.accesses_before_wait(cut.replace(code, bytes(late)), "kern_embedding_bf16") == 1
+
+
 @pytest.mark.parametrize("bad, msg", [(b"not an elf", "ELF64"),
                                       (None, "no function `nope`")])
 def test_unreadable_code_is_refused_with_the_reason(bad, msg):

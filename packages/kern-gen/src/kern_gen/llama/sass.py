@@ -111,3 +111,20 @@ def pdl_wait(cubin: bytes, symbol: str, *, weights_first: bool = False) -> bool:
     program: the verifier's dataflow rule), so the wait alone is required."""
     f = pdl_facts(cubin, symbol)
     return f.wait is not None if weights_first else f.waits_first
+
+
+def accesses_before_wait(cubin: bytes, symbol: str) -> int:
+    """Global memory instructions of ``symbol`` before its first unconditional wait, in address
+    order (all of them when it has no wait): what a ``weights_first`` kernel really requests
+    while its predecessor still runs.  ptxas may move loads across the wait: gemv.cu's
+    first W batch, written before it, compiles to after it unless loaded coherently
+    (kernels/gemv_core.cuh ``KERN_GEMV_PREWAIT``)."""
+    code = function_code(cubin, symbol)
+    n = 0
+    for i in range(len(code) // 16):
+        lo = struct.unpack_from("<Q", code, 16 * i)[0]
+        op, guard = lo & 0xFFF, (lo >> 12) & 0xF
+        if op == ACQBULK and guard == _ALWAYS:
+            break
+        n += op in GLOBAL_MEMORY
+    return n

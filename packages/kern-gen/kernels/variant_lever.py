@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""A lever manifest from a variant build of the own kernels: ``build.py --define …`` into a
+temporary folder, then ``kern-gen <preset>`` with those cubins, written to OUT (manifest,
+kernels, plan, README).  For measuring a compile-time switch of an own kernel end to end
+(``kern-run bench --lever CASE:LABEL=OUT``) before it becomes the build's default.
+
+    python3 packages/kern-gen/kernels/variant_lever.py OUT --preset qwen3 \\
+        -D KERN_GEMV_PREWAIT=1 [--gemm splitk]
+
+Needs nvcc and kern-gen importable (PYTHONPATH with packages/*/src).  The README it writes
+names the variant; such a folder is a lever, never an example.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--preset", choices=("llama", "qwen3"), required=True)
+    ap.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--gemm", default=None, help="kern-gen --gemm (default: its default)")
+    args = ap.parse_args(argv)
+
+    from kern_gen.llama import generate
+    from kern_gen.llama.command import PRESETS
+    from kern_gen.llama.pipeline import write
+
+    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", HERE / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    with tempfile.TemporaryDirectory(prefix="kern-variant-") as tmp:
+        build.build(Path(tmp), defines=tuple(args.define))
+        own = {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
+    cap, cfg, _, label = PRESETS[args.preset]
+    flags = " ".join(f"-D {d}" for d in args.define)
+    gemm = {"gemm": args.gemm} if args.gemm else {}
+    command = (f"python3 packages/kern-gen/kernels/variant_lever.py OUT --preset {args.preset} "
+               f"{flags}" + (f" --gemm {args.gemm}" if args.gemm else ""))
+    r = generate(ROOT / cap, ROOT / cfg, label=f"{label} [variant: {flags}]", command=command,
+                 own_cubins=own, **gemm)
+    write(r, args.out)
+    print(f"wrote {args.out}/manifest.json ({len(r.cubins)} cubins; own kernels built with "
+          f"{flags or 'no defines'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
