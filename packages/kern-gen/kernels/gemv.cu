@@ -64,7 +64,7 @@
 // the main loop.  Both are no-ops without PDL.
 #include "gemv_core.cuh"
 
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+extern "C" __global__ void KERN_GEMV_BOUNDS_T1
 kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                __nv_bfloat16* c, int m, int n, int k) {
     __shared__ float red[kMaxWarps][1][kRows][kCols];
@@ -89,7 +89,7 @@ kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     store_silu(red, c, m, n, m0, n0);
 }
 
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+extern "C" __global__ void KERN_GEMV_BOUNDS_T1
 kern_gemv_split3_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                       __nv_bfloat16* c0, __nv_bfloat16* c1, __nv_bfloat16* c2, int m,
                       int n0, int n1, int n2, int k) {
@@ -115,7 +115,7 @@ kern_gemv_split3_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ 
 
 // c[m, n] += a[m, k] . w[n, k]^T: each c element is read and written by the one thread that
 // owns it, after the block's dot product is complete (in place is safe).
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+extern "C" __global__ void KERN_GEMV_BOUNDS_T1
 kern_gemv_acc_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                    __nv_bfloat16* c, int m, int n, int k) {
     __shared__ float red[kMaxWarps][1][kRows][kCols];

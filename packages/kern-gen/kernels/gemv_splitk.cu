@@ -82,7 +82,7 @@ __device__ __forceinline__ void gemv_splitk(const __nv_bfloat16* a,
 }  // namespace
 
 #define KERN_GEMV_SPLITK(S)                                                                  \
-    extern "C" __global__ void __cluster_dims__(1, 1, S) __launch_bounds__(kMaxWarps * 32)  \
+    extern "C" __global__ void __cluster_dims__(1, 1, S) KERN_GEMV_BOUNDS_T1                \
     kern_gemv_sk##S##_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,     \
                            __nv_bfloat16* c, int m, int n, int k) {                         \
         gemv_splitk<S, 1, false>(a, w, c, m, n, k);                                          \
