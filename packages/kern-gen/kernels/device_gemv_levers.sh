@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Two GEMV levers of session 23 on the GPU machine, in one call (< 10 minutes; no GGUF needed
-# for the Qwen3-4B shape).  From the repository root with $OUT set and the wheels carried
+# Two GEMV levers of session 23 on the GPU machine (no GGUF needed for the Qwen3-4B shape;
+# the four default steps are estimated at ~11 minutes: run `tests kbench`, then `lever
+# check` in a second call while the machine is warm; builds and levers in /tmp are reused).  From the repository root with $OUT set and the wheels carried
 # (.whl, .whl-nvmath: docs/device-runs.md):
 #   splitk   the split-K GEMV (gemv_splitk.cu, ABI.md 4f; kern-gen --gemm splitk);
 #   prewait  gemv.cu's first W batch really issued before griddepcontrol.wait
