@@ -58,10 +58,12 @@
 //
 // The RMSNorm variants that share this main loop are in gemv_norm.cu (ABI.md 4e).
 //
-// Programmatic dependent launch: the first batch of W is requested before
+// Programmatic dependent launch: the source requests the first batch of W before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
-// still runs is safe); A is read and C written only after it; `launch_dependents` follows
-// the main loop.  Both are no-ops without PDL.
+// still runs is safe), but ptxas schedules the wait first: in the build no W byte is requested
+// before it (gemv_core.cuh ld_w_first; KERN_GEMV_PREWAIT=1 changes that, a lever);
+// A is read and C written only after it; `launch_dependents` follows the main loop.  Both are
+// no-ops without PDL.
 #include "gemv_core.cuh"
 
 extern "C" __global__ void KERN_GEMV_BOUNDS_T1

@@ -34,7 +34,7 @@ __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
 // The first W batch, meant to be in flight before griddepcontrol.wait.  ptxas moves .nc
 // loads freely (the data is read-only for the kernel's life) and in every build so far placed
 // the wait (SASS ACQBULK) before them: no W byte was requested before the previous kernel
-// ended (kernels/sass_compare.py's nvdisasm, session 23).  A coherent ld.global is not moved
+// ended (nvdisasm, session 23; kernels/tests/test_prewait.py pins it).  A coherent ld.global is not moved
 // below the wait.  KERN_GEMV_PREWAIT=1 loads the first batch that way (W is never written
 // by any program, so reading it before the wait is safe): a lever, off in the build until a
 // GPU run measures it (docs/plan-issue-16.md, session 23).

@@ -243,7 +243,8 @@ def _gemv_step(asm: Assembler, symbol: str, params: list[str], cols: int, nw: in
                rows: Any, cubin: str = GEMV_CUBIN) -> dict[str, Any]:
     """A step of a gemv.cu kernel: ``cols`` output columns in blocks of 16, ``nw`` warps, 8
     rows per grid y, the interface's arguments forwarded; ``weights_first``: every gemv.cu
-    kernel loads its first W tile before the grid-dependency wait."""
+    kernel's source loads its first W tile before the grid-dependency wait (the built code
+    requests it after: kernels/gemv_core.cuh ``ld_w_first``)."""
     gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
     return asm.own_step(cubin, symbol, weights_first=True, params=params,
                         block=[32 * nw, 1, 1], grid=[-(-cols // GEMV_COLS), gy, 1],

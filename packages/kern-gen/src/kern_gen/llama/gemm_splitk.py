@@ -68,7 +68,7 @@ def splitk_step(asm: Assembler, s: int, silu: bool, params: list[str], cols: int
                 rows: Any) -> dict[str, Any]:
     """A step of a gemv_splitk.cu kernel: grid ``[ceil(cols / 16), ceil(rows / 8), s]``,
     ``nw`` warps (gemv.cu's for the shape: the same blocks' work split in k), the
-    interface's arguments forwarded; W's first batch before the grid-dependency wait."""
+    interface's arguments forwarded; weights only before the grid-dependency wait."""
     gy = -(-rows // 8) if isinstance(rows, int) else {"ceil_div": [TOK, 8]}
     return asm.own_step(SPLITK_CUBIN, symbol(s, silu), weights_first=True, params=params,
                         block=[32 * nw, 1, 1], grid=[-(-cols // 16), gy, s],
