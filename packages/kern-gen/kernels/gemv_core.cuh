@@ -14,6 +14,15 @@ constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
 
+// r = 16 bytes at p by the load instruction insn (a string literal), zeros when !ok; the
+// optional last argument adds clobbers (": \"memory\"").
+#define KERN_LD16(insn, p, ok, r, ...)                                                     \
+    asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"                            \
+                 " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"     \
+                 " @q " insn " {%0,%1,%2,%3}, [%4];\n}\n"                                   \
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)(ok))      \
+                 __VA_ARGS__)
+
 // 16 bytes of W (read-only for every program), zeros when !ok.  .L2::256B asks L2 to fetch the
 // aligned 256 bytes around the address: one warp step reads 64 bytes of each of its 16 rows
 // and the block's next three warps the following 192, so a row's 256 bytes arrive with one
@@ -23,11 +32,7 @@ constexpr int kMaxWarps = 16;
 // docs/measurements.md, issue 16, tenth session).
 __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
     uint4 r;
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
+    KERN_LD16("ld.global.nc.L1::no_allocate.L2::256B.v4.u32", p, ok, r);
     return r;
 }
 
@@ -56,11 +61,7 @@ __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
 __device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
 #if KERN_GEMV_PREWAIT
     uint4 r;
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
+    KERN_LD16("ld.global.L1::no_allocate.L2::256B.v4.u32", p, ok, r);
     return r;
 #else
     return ld_w(p, ok);
@@ -71,11 +72,7 @@ __device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
 // griddepcontrol.wait; volatile keeps it there), zeros when !ok.
 __device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
     uint4 r;
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok) : "memory");
+    KERN_LD16("ld.global.v4.u32", p, ok, r, : "memory");
     return r;
 }
 
