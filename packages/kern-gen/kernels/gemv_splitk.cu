@@ -1,6 +1,6 @@
 // kern own kernels: the few-row GEMV with k split over a thread-block cluster (ABI.md 4f;
-// `kern-gen --gemm gemv` picks it per shape, kern_gen.llama.gemm).  The same interfaces as
-// gemv.cu's kern_gemv_bf16 / kern_gemv_silu_bf16:
+// `kern-gen --gemm splitk` picks it per shape, kern_gen.llama.gemm_splitk).  The same
+// interfaces as gemv.cu's kern_gemv_bf16 / kern_gemv_silu_bf16:
 //   kern_gemv_sk{S}_bf16(a, w, c, m, n, k):       c [m, n] = a [m, k] . w [n, k]^T
 //   kern_gemv_silu_sk{S}_bf16(a, w, c, m, n, k):  c [m, n] = silu(a . Wg^T) * (a . Wu^T),
 //                                                 w [2n, k] = [gate; up]
