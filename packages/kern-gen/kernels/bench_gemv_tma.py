@@ -36,14 +36,11 @@ SHAPES = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560),
 _pdl = okg.pdl_launcher()
 
 
-def launch(fn, grid, block, smem, args, pdl=True):
-    """``fn`` on torch's current stream, with PDL (cuLaunchKernelEx) or an ordinary launch;
-    ``args`` python ints (device pointers: the ones above 2^31)."""
+def launch(fn, grid, block, smem, args):
+    """``fn`` on torch's current stream with PDL (cuLaunchKernelEx); ``args`` python ints
+    (device pointers: the ones above 2^31)."""
     vals = [np.uint64(a) if a > 2**31 else np.int32(a) for a in args]
-    if pdl:
-        _pdl(fn, grid, block, smem, torch.cuda.current_stream().cuda_stream, vals)
-    else:
-        fn(grid, block, tuple(vals), shared_mem=smem)
+    _pdl(fn, grid, block, smem, torch.cuda.current_stream().cuda_stream, vals)
 
 
 class Gemv:

@@ -13,13 +13,10 @@ names the variant; such a folder is a lever, never an example.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +29,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from kern_gen.llama import generate
     from kern_gen.llama.command import PRESETS
-    from kern_gen.llama.pipeline import write
+    from kern_gen.llama.pipeline import _build_own, write
 
-    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", HERE / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    with tempfile.TemporaryDirectory(prefix="kern-variant-") as tmp:
-        build.build(Path(tmp), defines=tuple(args.define))
-        own = {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}
+    own = _build_own(None, defines=tuple(args.define))
     cap, cfg, _, label = PRESETS[args.preset]
     flags = " ".join(f"-D {d}" for d in args.define)
     gemm = {"gemm": args.gemm} if args.gemm else {}

@@ -48,11 +48,11 @@ def wiring_inputs(preset: str, tmp: Path):
                               KVLayout.of(cfg, int(facts.sidecar["cache"]["max_len"])), dg, pg)
 
 
-def gemm_variants(tmp_path_factory, gemms: tuple[str, ...], cubins: tuple[str, ...]) -> dict:
+def gemm_variants(tmp_path_factory, gemms: tuple[str, ...], cubin: str) -> dict:
     """Per preset, ``{gemm: generate(…, gemm=gemm)}`` for each ``--gemm`` choice of ``gemms``
     (fused, ``--no-fuse-norm``: the norm fusion is gemv.cu's alone), mined once per preset,
-    with the example's committed own cubins and ``cubins`` freshly built by nvcc; ``"sha"``:
-    the sha256 of each built cubin."""
+    with the example's committed own cubins and gemv.cubin and ``cubin`` freshly built by
+    nvcc; ``"sha"``: the sha256 of the built ``cubin``."""
     import hashlib
     import shutil
 
@@ -69,10 +69,10 @@ def gemm_variants(tmp_path_factory, gemms: tuple[str, ...], cubins: tuple[str, .
         cap, cfg, ex, label = (root / p if i < 3 else p for i, p in enumerate(PRESETS[name]))
         mined = tmp_path_factory.mktemp("mined") / f"{name}.json"
         mined.write_bytes(encode_json(mine(cap)))
-        own = {**own_committed(ex), **{c: built[c] for c in cubins}}
+        own = {**own_committed(ex), "gemv.cubin": built["gemv.cubin"], cubin: built[cubin]}
         out[name] = {g: generate(cap, cfg, mined=mined, label=label, gemm=g, own_cubins=own,
                                  command=f"uv run --frozen kern-gen {name} --gemm {g}",
                                  fuse_norm=False)
                      for g in gemms}
-        out[name]["sha"] = {c: hashlib.sha256(built[c]).hexdigest() for c in cubins}
+        out[name]["sha"] = hashlib.sha256(built[cubin]).hexdigest()
     return out

@@ -6,7 +6,7 @@ nothing else does.  Pins the fact docs/plan-issue-16.md (session 23) builds the 
 when the lever becomes the default, this test changes with it."""
 from __future__ import annotations
 
-import importlib.util
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,22 +15,17 @@ import pytest
 from kern_gen.llama import sass
 
 HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "tests"))
+import _own_kernels_gpu  # noqa: E402
 SYMBOLS = {"gemv.cu": {"kern_gemv_bf16": 1, "kern_gemv_silu_bf16": 2, "kern_gemv_acc_bf16": 1,
                        "kern_gemv_split3_bf16": 1},
            "gemv_splitk.cu": {"kern_gemv_sk4_bf16": 1, "kern_gemv_silu_sk4_bf16": 2}}
 """source -> {symbol: W tiles a block}: the first batch is 4 steps x 2 rows x tiles loads."""
 
 
-def _build():
-    spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", HERE / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def builds():
-    b = _build()
+    b = _own_kernels_gpu._build_module()
     nvcc = b.find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found")

@@ -111,7 +111,7 @@ TMA_SMEM = {1: 67616, 2: 135200}
 """Dynamic shared memory by W tiles per block (1: plain and split3, 2: the fused gate/up
 pair): 2 stages x 16 rows (32 fused) x (1024 x 2 + 64 padding) bytes + 4 mbarriers, as
 ``kern_gemv_tma_smem`` reports (the GPU test checks the two agree)."""
-TMA_GRID_CAP = {1: 3 * 132, 2: 132}
+TMA_GRID_CAP = {1: 3 * SK.SMS, 2: SK.SMS}
 """Persistent grid: at most this many blocks (the H200's 132 SMs x the blocks a SM holds with
 228 KB of shared memory: 3 unfused, 1 fused); any grid is correct (blocks stride over the
 16-column tiles), this one keeps every block resident."""
@@ -259,11 +259,12 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     rows = a.get("rows", rows)
     n, k = a["n"], a["k"]
     _gemv_checks(program, op, ((a["a"], "A"), (a["w"], "W")))
+    s = SK.splits(n, k, tiles=2) if asm.gemm_impl == "splitk" else 1
     if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
-    elif asm.gemm_impl == "splitk" and SK.splits(n, k, tiles=2) > 1:
-        nw, s = gemv_warps(2 * n, k), SK.splits(n, k, tiles=2)
+    elif s > 1:
+        nw = gemv_warps(2 * n, k)
         st = SK.splitk_step(asm, s, True, PARAMS, n, nw, rows)
         how = (f"own `{SK.symbol(s, True)}` (gate/up GEMV + SiLU·mul, k in {s} splits, "
                f"{nw} warps)")

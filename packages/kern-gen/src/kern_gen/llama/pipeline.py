@@ -64,9 +64,10 @@ class Result:
     cubins: dict[str, bytes]
 
 
-def _build_own(nvcc: str | None) -> dict[str, bytes]:
+def _build_own(nvcc: str | None, defines: tuple[str, ...] = ()) -> dict[str, bytes]:
     """The own kernels, built from the checkout's ``packages/kern-gen/kernels/`` (refused in
-    one line without a checkout or nvcc, or when nvcc fails)."""
+    one line without a checkout or nvcc, or when nvcc fails); ``defines``: extra ``-D`` macros
+    of a lever's variant build (kernels/variant_lever.py)."""
     build_py = repo.find(repo.MARKER, "own kernels' build script")
     spec = importlib.util.spec_from_file_location("kern_gen_kernels_build", build_py)
     assert spec and spec.loader
@@ -74,7 +75,7 @@ def _build_own(nvcc: str | None) -> dict[str, bytes]:
     spec.loader.exec_module(mod)
     with tempfile.TemporaryDirectory(prefix="kern-gen-own-") as tmp:
         try:
-            mod.build(Path(tmp), nvcc)
+            mod.build(Path(tmp), nvcc, defines=defines)
         except (FileNotFoundError, RuntimeError) as exc:
             raise WiringError(f"own kernels ({build_py.parent}): {exc}") from None
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).glob("*.cubin"))}

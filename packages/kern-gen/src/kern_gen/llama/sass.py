@@ -88,13 +88,18 @@ def function_code(cubin: bytes, symbol: str) -> bytes:
     raise CubinError(f"the cubin has no function `{symbol}` (section .text.{symbol})")
 
 
-def pdl_facts(cubin: bytes, symbol: str) -> PdlFacts:
+def _ops(cubin: bytes, symbol: str):
+    """(index, opcode, guard predicate) of each instruction of ``symbol``, in address order."""
     code = function_code(cubin, symbol)
-    wait = access = None
-    trigger = False
     for i in range(len(code) // 16):
         lo = struct.unpack_from("<Q", code, 16 * i)[0]
-        op, guard = lo & 0xFFF, (lo >> 12) & 0xF
+        yield i, lo & 0xFFF, (lo >> 12) & 0xF
+
+
+def pdl_facts(cubin: bytes, symbol: str) -> PdlFacts:
+    wait = access = None
+    trigger = False
+    for i, op, guard in _ops(cubin, symbol):
         if op == ACQBULK and guard == _ALWAYS and wait is None:
             wait = i
         elif op == PREEXIT:
@@ -119,11 +124,8 @@ def accesses_before_wait(cubin: bytes, symbol: str) -> int:
     while its predecessor still runs.  ptxas may move loads across the wait: gemv.cu's
     first W batch, written before it, compiles to after it unless loaded coherently
     (kernels/gemv_core.cuh ``KERN_GEMV_PREWAIT``)."""
-    code = function_code(cubin, symbol)
     n = 0
-    for i in range(len(code) // 16):
-        lo = struct.unpack_from("<Q", code, 16 * i)[0]
-        op, guard = lo & 0xFFF, (lo >> 12) & 0xF
+    for _, op, guard in _ops(cubin, symbol):
         if op == ACQBULK and guard == _ALWAYS:
             break
         n += op in GLOBAL_MEMORY
