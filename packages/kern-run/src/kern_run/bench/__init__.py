@@ -5,6 +5,8 @@ table and the rest still runs):
 
 - ``smollm2``: the bundled default (or ``--manifest``/``--kernels``/``--weights``): decode
   ms/token (target ≤ 0.35 ms), GPU time per back-to-back decode graph, host time per step;
+  with ``--random-weights`` the same example with seeded random weights of its shape, no
+  GGUF needed (:mod:`.random_weights`);
 - ``qwen3``: a Qwen3-4B-shape manifest (``--qwen3 DIR`` holding ``manifest.json``,
   ``kernels/``, optional ``export-plan.json``) with seeded random weights (an HF checkpoint made by
   transformers, exported with ``kern_weights``; cached in ``$KERN_CACHE``): decode ms/token
@@ -239,6 +241,9 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
     info = check_manifest(read(b.manifest))
     cap = choose(None, info)
     limit, load_cap = cap.limit, cap.load
+    if getattr(b, "hf", None) is not None:
+        rep.add("smollm2", "weights", "seeded random",
+                note="--random-weights: SmolLM2-135M's shape, no GGUF (speed rows only)")
     with Runtime.load(b.manifest, b.kernels, weights=b.weights, capacity=load_cap,
                       device=gpu, progress=None) as rt:
         d = _try(rep, "smollm2", "decode", lambda: kern_decode(
@@ -263,7 +268,8 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
             manifest=b.manifest, kernels=b.kernels, weights=list(b.weights),
             capacity=load_cap)))
     base = _try(rep, "smollm2", "baseline", lambda: baseline_in_child(
-        None, smollm2_config(b.tokenizer), steps=steps, reps=reps, gpu=gpu)) if baseline else None
+        None, getattr(b, "config", None) or smollm2_config(b.tokenizer), steps=steps,
+        reps=reps, gpu=gpu)) if baseline else None
     if spec and sp:
         # transformers' eager decode is ~30 ms/token: the peer runs the first PEER_PROMPTS
         ids = {k: v[:PEER_PROMPTS] for k, v in sp.pop("_ids").items()}
