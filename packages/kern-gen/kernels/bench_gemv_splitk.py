@@ -9,7 +9,7 @@ GPU machine, after ``python3 packages/kern-gen/kernels/build.py /tmp/own``:
 
 Configurations: S (splits) in 1 (gemv.cu), 2, 4, 8 and warps a block in 4, 8, 16.
 ``--steps-only``: only the step rows (gemv.cu and kern-gen's picks), e.g. for a variant build
-(``build.py -D KERN_GEMV_PREWAIT=1``) against the default one.
+(``build.py -D NAME=VALUE``) against the default one.
 """
 import sys
 from pathlib import Path

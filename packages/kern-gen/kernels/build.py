@@ -10,8 +10,9 @@ prints ``<sha256>  <name>.cubin`` for each.  Standard library only.
 Reproducibility: nvcc runs in a fresh temporary directory of a fixed name pattern, on a copy
 of the source under a fixed file name, with no debug or line information, so neither the
 checkout path nor the time of day can reach the cubin.  Building twice gives identical bytes
-(the CPU test checks it).  ``--define`` adds ``-D`` flags for a lever's variant build (e.g.
-``KERN_GEMV_PREWAIT=1``, gemv_core.cuh); the generator and the examples use the plain build.
+(the CPU test checks it).  ``--define`` adds ``-D`` flags for a lever's variant build (a macro a kernel source
+tests; ``kernels/variant_lever.py`` makes a manifest of it); the generator and the examples
+use the plain build.
 """
 from __future__ import annotations
 

@@ -58,10 +58,9 @@
 //
 // The RMSNorm variants that share this main loop are in gemv_norm.cu (ABI.md 4e).
 //
-// Programmatic dependent launch: the source requests the first batch of W before
+// Programmatic dependent launch: the first batch of W is requested before
 // `griddepcontrol.wait` (weights are never written, so reading them while the previous kernel
-// still runs is safe), but ptxas schedules the wait first: in the build no W byte is requested
-// before it (gemv_core.cuh ld_w_first; KERN_GEMV_PREWAIT=1 changes that, a lever);
+// still runs is safe; gemv_core.cuh ld_w_first says why it is a coherent load);
 // A is read and C written only after it; `launch_dependents` follows the main loop.  Both are
 // no-ops without PDL.
 #include "gemv_core.cuh"

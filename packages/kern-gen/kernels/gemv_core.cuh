@@ -36,37 +36,27 @@ __device__ __forceinline__ uint4 ld_w(const __nv_bfloat16* p, bool ok) {
     return r;
 }
 
-// The first W batch, meant to be in flight before griddepcontrol.wait.  ptxas moves .nc
-// loads freely (the data is read-only for the kernel's life) and in every build so far placed
-// the wait (SASS ACQBULK) before them: no W byte was requested before the previous kernel
-// ended (nvdisasm, session 23; kernels/tests/test_prewait.py pins it).  A coherent ld.global is not moved
-// below the wait.  KERN_GEMV_PREWAIT=1 loads the first batch that way (W is never written
-// by any program, so reading it before the wait is safe): a lever, off in the build until a
-// GPU run measures it (docs/plan-issue-16.md, session 23).
-#ifndef KERN_GEMV_PREWAIT
-#define KERN_GEMV_PREWAIT 0
-#endif
-
-// The launch bounds of the one-tile kernels (plain, acc, split3, split-K).  With the prewait
-// loads ptxas (13.0) gives them 74 registers instead of 56 (the same data, scheduled before
-// the wait), one 16-warp block an SM instead of two; asking for two blocks an SM keeps them
-// at 64 registers with no spill.  The two-tile (SiLU) kernels spill at that bound and keep
-// the plain one (124 registers with prewait, 74 without).
-#if KERN_GEMV_PREWAIT
-#define KERN_GEMV_BOUNDS_T1 __launch_bounds__(kMaxWarps * 32, 2)
-#else
-#define KERN_GEMV_BOUNDS_T1 __launch_bounds__(kMaxWarps * 32)
-#endif
-
+// The first W batch, requested before griddepcontrol.wait so that under PDL the weight
+// stream starts while the previous kernel still runs.  It must be a coherent ld.global: ptxas
+// moves .nc loads freely (the data is read-only for the kernel's life) and placed the wait
+// (SASS ACQBULK) before every one of them, so with ld_w here no W byte was requested before
+// the previous kernel ended (nvdisasm, session 23).  W is never written by any program, so
+// reading it before the wait is safe; the cache hints are ld_w's.  kernels/tests/
+// test_prewait.py pins the whole first batch, and nothing else, before the wait.  H100,
+// kern-run bench same process, tokens identical (docs/measurements.md, session 24): decode
+// SmolLM2 0.596 -> 0.561 ms/token, the Qwen3-4B shape 3.515 -> 3.344.
 __device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
-#if KERN_GEMV_PREWAIT
     uint4 r;
     KERN_LD16("ld.global.L1::no_allocate.L2::256B.v4.u32", p, ok, r);
     return r;
-#else
-    return ld_w(p, ok);
-#endif
 }
+
+// The launch bounds of the one-tile kernels (plain, acc, split3, split-K).  With the first
+// batch before the wait ptxas (13.0) gives them 74 registers instead of 56 (the same data,
+// live across the wait), one 16-warp block an SM instead of two; asking for two blocks an SM
+// keeps them at 64 registers with no spill.  The two-tile (SiLU) kernels spill at that bound
+// and keep the plain one (124 registers).
+#define KERN_GEMV_BOUNDS_T1 __launch_bounds__(kMaxWarps * 32, 2)
 
 // 16 bytes of A (written by the previous kernel: a coherent load, issued only after
 // griddepcontrol.wait; volatile keeps it there), zeros when !ok.

@@ -22,8 +22,8 @@
 // SiLU variant rounds g and u to bf16 first).  A second barrier keeps the other ranks' shared
 // memory alive until rank 0 has read it.  The sums differ from gemv.cu's in order only.
 //
-// PDL as gemv.cu: W's first batch written before griddepcontrol.wait (scheduled after it in
-// the build, as gemv.cu's: gemv_core.cuh ld_w_first), launch_dependents after the main loop.
+// PDL as gemv.cu: W's first batch requested before griddepcontrol.wait (gemv_core.cuh
+// ld_w_first), launch_dependents after the main loop.
 #include <cooperative_groups.h>
 
 #include "gemv_core.cuh"

@@ -5,7 +5,10 @@ kernels, plan, README).  For measuring a compile-time switch of an own kernel en
 (``kern-run bench --lever CASE:LABEL=OUT``) before it becomes the build's default.
 
     python3 packages/kern-gen/kernels/variant_lever.py OUT --preset qwen3 \\
-        -D KERN_GEMV_PREWAIT=1 [--gemm splitk]
+        -D NAME=VALUE [--gemm splitk]
+
+(Session 23's ``-D KERN_GEMV_PREWAIT=1`` was measured this way and became the code in
+session 24.)
 
 Needs nvcc and kern-gen importable (PYTHONPATH with packages/*/src).  The README it writes
 names the variant; such a folder is a lever, never an example.

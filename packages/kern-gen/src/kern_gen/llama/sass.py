@@ -122,8 +122,8 @@ def accesses_before_wait(cubin: bytes, symbol: str) -> int:
     """Global memory instructions of ``symbol`` before its first unconditional wait, in address
     order (all of them when it has no wait): what a ``weights_first`` kernel really requests
     while its predecessor still runs.  ptxas may move loads across the wait: gemv.cu's
-    first W batch, written before it, compiles to after it unless loaded coherently
-    (kernels/gemv_core.cuh ``KERN_GEMV_PREWAIT``)."""
+    first W batch, written before it, compiled to after it until it was loaded coherently
+    (kernels/gemv_core.cuh ``ld_w_first``)."""
     n = 0
     for _, op, guard in _ops(cubin, symbol):
         if op == ACQBULK and guard == _ALWAYS:
