@@ -40,6 +40,18 @@ namespace cg = cooperative_groups;
 #define KERN_CLUSTER_THREADS_D128 256
 #endif
 
+// KERN_ATTN_PREWAIT=1 (a lever, off in the build; docs/plan-issue-16.md, session 24): the
+// rope variants read kv_lens[t], the page table and the block's first key batch (K and V of
+// its first kUnroll keys a key group, never the row's new key kv_len - 1, which this launch
+// writes) before griddepcontrol.wait, so the cache round trip overlaps the previous kernel
+// (the qkv GEMV).  Those bytes are inputs and state written by earlier programs; reading them
+// early is safe when every kernel before the immediate predecessor has completed, which the
+// generator proves from the predecessor's code (its trigger after its wait) before it gives
+// such a step `pdl`.  The loads are coherent: ptxas moves .nc loads below the wait.
+#ifndef KERN_ATTN_PREWAIT
+#define KERN_ATTN_PREWAIT 0
+#endif
+
 namespace {
 
 // kMaxG (query heads per kv head the kernel holds), kUnroll (keys in flight per key group),
@@ -83,8 +95,9 @@ struct Pass {
 // The pass reduced to (res_m, res_l, res_a) per head: res_m the max score in log2 units
 // (-inf: no key), res_l the sum of 2^(s - res_m), res_a the unnormalised accumulator.  The
 // per-key arithmetic is the split pair's (attn_decode_split.cu decode_pass).
-template <int D, int G>
-__device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm)
+template <int D, int G, bool PRE>
+__device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
+                                           const uint4 (&pk)[kUnroll], const uint4 (&pv)[kUnroll])
 {
     constexpr int LPK = D / 8;                 // lanes per key (8 dims each)
     constexpr int NT = Threads<D>::value;
@@ -112,9 +125,14 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm)
                 kr[u] = *reinterpret_cast<const uint4*>(a.k_new + sub * 8);
                 vr[u] = *reinterpret_cast<const uint4*>(a.v_new + sub * 8);
             } else if (key < a.k_end) {
-                const int pg = a.table[key >> kPageShift];
-                kr[u] = ldg_nc(a.kp + slot_offset(pg, key, a.kss) + sub * 8);
-                vr[u] = ldg_nc(a.vp + slot_offset(pg, key, a.vss) + sub * 8);
+                if (PRE && it == a.k_begin) {   // loaded before the wait (first_batch)
+                    kr[u] = pk[u];
+                    vr[u] = pv[u];
+                } else {
+                    const int pg = a.table[key >> kPageShift];
+                    kr[u] = ldg_nc(a.kp + slot_offset(pg, key, a.kss) + sub * 8);
+                    vr[u] = ldg_nc(a.vp + slot_offset(pg, key, a.vss) + sub * 8);
+                }
             } else {
                 kr[u] = make_uint4(0u, 0u, 0u, 0u);
                 vr[u] = make_uint4(0u, 0u, 0u, 0u);
@@ -189,18 +207,20 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm)
 // The block's pass (G = group query heads), then the cluster's merge: rank 0 reads the kC
 // blocks' states through DSMEM, merges them in rank order (deterministic; empty splits weigh
 // 0) and writes out[t, qh0 .. qh0 + group).
-template <int D>
+// PRE: pk / pv hold the block's first key batch (first_batch).
+template <int D, bool PRE>
 __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int rank,
                                                  __nv_bfloat16* __restrict__ out_row,
-                                                 Smem<D>& sm)
+                                                 Smem<D>& sm, const uint4 (&pk)[kUnroll],
+                                                 const uint4 (&pv)[kUnroll])
 {
     constexpr int NT = Threads<D>::value;
     cg::cluster_group cl = cg::this_cluster();
     switch (group) {
-        case 1: block_pass<D, 1>(a, sm); break;
-        case 2: block_pass<D, 2>(a, sm); break;
-        case 3: block_pass<D, 3>(a, sm); break;
-        default: block_pass<D, 4>(a, sm); break;
+        case 1: block_pass<D, 1, PRE>(a, sm, pk, pv); break;
+        case 2: block_pass<D, 2, PRE>(a, sm, pk, pv); break;
+        case 3: block_pass<D, 3, PRE>(a, sm, pk, pv); break;
+        default: block_pass<D, 4, PRE>(a, sm, pk, pv); break;
     }
     asm volatile("griddepcontrol.launch_dependents;");
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
@@ -233,6 +253,8 @@ struct Block {
     int hk, rank, t, group, qh0, kv_len, k_begin, k_end;
 };
 
+// kCoherent: kv_lens[t] with a coherent load (before the wait: see KERN_ATTN_PREWAIT).
+template <bool kCoherent = false>
 __device__ __forceinline__ Block block_of(const int* __restrict__ kv_lens, int n_q_heads,
                                           int n_kv_heads)
 {
@@ -244,11 +266,46 @@ __device__ __forceinline__ Block block_of(const int* __restrict__ kv_lens, int n
     if (gridDim.y != kC || b.group > kMaxG || b.group < 1 || b.group * n_kv_heads != n_q_heads)
         __trap();
     b.qh0 = b.hk * b.group;
-    b.kv_len = kv_lens[b.t];
+    if constexpr (kCoherent) {
+        asm volatile("ld.global.s32 %0, [%1];" : "=r"(b.kv_len) : "l"(kv_lens + b.t));
+    } else {
+        b.kv_len = kv_lens[b.t];
+    }
     const int chunk = (b.kv_len + kC - 1) / kC;
     b.k_begin = min(b.rank * chunk, b.kv_len);
     b.k_end = min(b.k_begin + chunk, b.kv_len);
     return b;
+}
+
+// The block's first key batch as block_pass's first iteration reads it, with coherent loads
+// (before griddepcontrol.wait; KERN_ATTN_PREWAIT): key k_begin + kg + u*NG for u < kUnroll
+// when below k_end and not `skip` (the row's new key, which this launch writes); zeros
+// otherwise (block_pass does not use those).
+template <int D>
+__device__ __forceinline__ void first_batch(const __nv_bfloat16* kp, const __nv_bfloat16* vp,
+                                            const int* table, int64_t kss, int64_t vss,
+                                            int k_begin, int k_end, int skip,
+                                            uint4 (&pk)[kUnroll], uint4 (&pv)[kUnroll])
+{
+    constexpr int LPK = D / 8;
+    constexpr int NG = Smem<D>::NG;
+    const int kg = threadIdx.x / LPK, sub = threadIdx.x % LPK;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int key = k_begin + kg + u * NG;
+        pk[u] = make_uint4(0u, 0u, 0u, 0u);
+        pv[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (key < k_end && key != skip) {
+            int pg;
+            asm volatile("ld.global.s32 %0, [%1];" : "=r"(pg) : "l"(table + (key >> kPageShift)));
+            const __nv_bfloat16* k = kp + slot_offset(pg, key, kss) + sub * 8;
+            const __nv_bfloat16* v = vp + slot_offset(pg, key, vss) + sub * 8;
+            asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(pk[u].x), "=r"(pk[u].y), "=r"(pk[u].z), "=r"(pk[u].w) : "l"(k));
+            asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(pv[u].x), "=r"(pv[u].y), "=r"(pv[u].z), "=r"(pv[u].w) : "l"(v));
+        }
+    }
 }
 
 template <int D>
@@ -266,7 +323,9 @@ __device__ __forceinline__ void cluster_decode(
     const Pass a{q + (int64_t)b.t * q_row_stride + (int64_t)b.qh0 * D, k_cache + b.hk * ksh,
                  v_cache + b.hk * vsh, block_table + (int64_t)b.t * table_stride, kss, vss,
                  b.k_begin, b.k_end, scale * kLog2e, -1, nullptr, nullptr};
-    attend_and_merge<D>(a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm);
+    const uint4 none[kUnroll] = {};
+    attend_and_merge<D, false>(a, b.group, b.rank,
+                               out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm, none, none);
 }
 
 // The layer's rope and K/V cache writes folded in (ABI.md 3a‴): from the qkv GEMV's row t
@@ -292,8 +351,17 @@ __device__ __forceinline__ void cluster_rope_decode(
     __shared__ __align__(16) __nv_bfloat16 q_s[kMaxG * D];
     __shared__ __align__(16) __nv_bfloat16 k_s[D];
     __shared__ __align__(16) __nv_bfloat16 v_s[D];
+    uint4 pk[kUnroll], pv[kUnroll];
+#if KERN_ATTN_PREWAIT
+    const Block b = block_of<true>(kv_lens, n_q_heads, n_kv_heads);
+    first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
+                   block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
+                   b.kv_len - 1, pk, pv);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
+#endif
     const int nq = n_q_heads * D, nk = n_kv_heads * D;
     const __nv_bfloat16* row = qkv + (int64_t)b.t * (nq + 2 * nk);
     const __nv_bfloat16* kx = row + nq + b.hk * D;
@@ -348,7 +416,8 @@ __device__ __forceinline__ void cluster_rope_decode(
     const Pass a{q_s, k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                  block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                  scale * kLog2e, writer ? new_key : -1, k_s, v_s};
-    attend_and_merge<D>(a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm);
+    attend_and_merge<D, KERN_ATTN_PREWAIT != 0>(
+        a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm, pk, pv);
 }
 
 }  // namespace

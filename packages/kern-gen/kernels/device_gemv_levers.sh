@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GEMV levers on the GPU machine (no GGUF needed: SmolLM2 runs on random weights of its
+# The decode levers of issue 16 on the GPU machine (GEMV and attention) (no GGUF needed: SmolLM2 runs on random weights of its
 # shape).  From the repository root with $OUT set and the wheels carried (.whl, .whl-nvmath:
 # docs/device-runs.md); builds and lever folders in /tmp are reused while the machine stays
 # warm.  Session 24 ran `tests lever` (H100): the prewait GEMV (gemv_core.cuh ld_w_first)
@@ -20,6 +20,11 @@
 #           forced against transformers, the Qwen3 DSpark loop's losslessness, then kern-run
 #           bench (SmolLM2 on random weights of its shape, Qwen3) with the compiled
 #           transformers baseline                                     -> $OUT/bench.txt
+#   attn    the cluster attention's old keys before its wait (attn_decode_cluster.cu
+#           KERN_ATTN_PREWAIT=1, a variant build; the generator's pdl_order pass proves the
+#           launch order): its GPU tests on the variant build (bit-identity with the pair and
+#           the folded rope), then kern-run bench with the lever on both models (SmolLM2 on
+#           random weights of its shape), PDL off/on, tokens compared  -> $OUT/attn*.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -70,6 +75,20 @@ for step in "${STEPS[@]}"; do
         --example /tmp/lev/qwen3-dspark-splitk --chain --repeat 3 --steps 64 --out "$OUT/dspark" \
         > "$OUT/dspark/log.txt" 2>&1 || rc=1
       tail -15 "$OUT/dspark/log.txt" ;;
+    attn)
+      [ -f /tmp/own_aw/attn_decode_cluster.cubin ] || python3 $KD/build.py /tmp/own_aw \
+        -D KERN_ATTN_PREWAIT=1 > "$OUT/build_aw.txt" 2>&1 || { cat "$OUT/build_aw.txt"; exit 1; }
+      KERN_KERNELS_CUBINS=/tmp/own_aw timeout 200 python3 -m pytest -q -m gpu \
+        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py > "$OUT/attn_tests.txt" 2>&1 || rc=1
+      tail -2 "$OUT/attn_tests.txt"
+      lev qwen3-attnpre python3 $KD/variant_lever.py /tmp/lev/qwen3-attnpre --preset qwen3 \
+        -D KERN_ATTN_PREWAIT=1
+      lev llama-attnpre python3 $KD/variant_lever.py /tmp/lev/llama-attnpre --preset llama \
+        -D KERN_ATTN_PREWAIT=1
+      timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:attnpre=/tmp/lev/llama-attnpre --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:attnpre=/tmp/lev/qwen3-attnpre --no-baseline > "$OUT/attn_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/attn_bench.txt" | tail -16 ;;
     shipped)   # the examples as shipped (after the prewait GEMV became the code, session 24)
       KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K \
         > "$OUT/kernels_gpu.log" 2>&1 || rc=1

@@ -39,6 +39,7 @@ from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITION
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
+from .pdl_order import order_problems
 from kern_manifest.contract import PAGE_TOKENS
 
 
@@ -85,6 +86,8 @@ class Assembler:
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
         self._pdl: dict[tuple[str, str, bool], bool] = {}   # (cubin, symbol, rule) -> pdl
+        self._code: dict[str, Callable[[], bytes | None]] = {}   # cubin file -> its bytes
+        self.state_first: set[tuple[str, str]] = set()   # own steps checked by pdl_order
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
         self.acc_impl = acc_impl        # the few-row programs' C += A·Wᵀ (gemm.ACC_IMPLS)
@@ -170,16 +173,20 @@ class Assembler:
         return name
 
     def own_step(self, file: str, symbol: str, weights_first: bool = False,
-                 **kw: Any) -> dict[str, Any]:
+                 state_first: bool = False, **kw: Any) -> dict[str, Any]:
         """A step of an own kernel (``kernels/<file>``, pinned by its built sha256), with
         ``pdl`` where its code waits on the grid dependency before any memory access
         (``weights_first``: its source reads only weights before the wait, so the wait
-        alone is required; :func:`.sass.pdl_wait`)."""
+        alone is required; :func:`.sass.pdl_wait`).  ``state_first``: its source may also
+        read inputs and earlier programs' state before the wait; the wait is required here
+        and the launch order in every program by :mod:`.pdl_order`."""
         if file not in self.own_sha:
             raise WiringError(f"own kernel `{file}` was not built (kernels/{file[:-6]}.cu)")
         self.cubins.setdefault(file, CubinSource(file, "own", None, set())).symbols.add(symbol)
+        if state_first:
+            self.state_first.add((file, symbol))
         pdl = self.pdl(file, symbol, lambda: self.own[file], f"own kernel `{symbol}` ({file})",
-                       weights_first=weights_first)
+                       weights_first=weights_first or state_first)
         return step(symbol, cubin=file, sha256=self.own_sha[file], pdl=pdl, **kw)
 
     def pdl(self, file: str, symbol: str, cubin: Callable[[], bytes | None], where: str,
@@ -188,6 +195,7 @@ class Assembler:
         per function: ``cubin`` (the bytes, e.g. decompressed from the capture) is called only
         on the first ask."""
         key = (file, symbol, weights_first)
+        self._code.setdefault(file, cubin)
         if key not in self._pdl:
             data = cubin()
             if data is None:
@@ -199,6 +207,12 @@ class Assembler:
                 raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
                                   f"{exc}") from None
         return self._pdl[key]
+
+    def _facts(self, file: str, symbol: str) -> sass.PdlFacts:
+        """The PDL facts of a cubin :meth:`pdl` has read (its bytes asked for again)."""
+        data = self._code[file]()
+        assert data is not None
+        return sass.pdl_facts(data, symbol)
 
     @staticmethod
     def extern_step(symbol: str, **kw: Any) -> dict[str, Any]:
@@ -226,6 +240,9 @@ class Assembler:
             progs[prog.name] = {"dispatches": disp}
             for d in disp:
                 self.dispatch_counts.setdefault(d["kernel"], [0] * len(programs))[i] += 1
+        problems = order_problems(progs, self.kernels, self.state_first, self._facts)
+        if problems:
+            raise WiringError(problems[0], problems=problems)
         bufs = dict(sorted(self.buffers.items(), key=lambda kv: _buf_order(kv[0], kv[1])))
         return {
             "meta": {"version": 2, "model": self.label},

@@ -50,11 +50,20 @@ class PdlFacts:
 
     ``wait``: index of the first unconditional ACQBULK (None: none); ``first_access``:
     index and name of the first global memory instruction (None: none); ``trigger``: the
-    code has a PREEXIT (it lets its dependents launch early)."""
+    code has a PREEXIT (it lets its dependents launch early); ``trigger_at``: the first
+    PREEXIT's index (None: none)."""
 
     wait: int | None
     first_access: tuple[int, str] | None
     trigger: bool
+    trigger_at: int | None = None
+
+    @property
+    def triggers_after_wait(self) -> bool:
+        """No PREEXIT before the first unconditional wait (in address order): the function's
+        dependents launch only after its own predecessor has completed."""
+        return self.trigger_at is None or (self.wait is not None
+                                           and self.trigger_at > self.wait)
 
     @property
     def waits_first(self) -> bool:
@@ -97,16 +106,15 @@ def _ops(cubin: bytes, symbol: str):
 
 
 def pdl_facts(cubin: bytes, symbol: str) -> PdlFacts:
-    wait = access = None
-    trigger = False
+    wait = access = trigger_at = None
     for i, op, guard in _ops(cubin, symbol):
         if op == ACQBULK and guard == _ALWAYS and wait is None:
             wait = i
-        elif op == PREEXIT:
-            trigger = True
+        elif op == PREEXIT and trigger_at is None:
+            trigger_at = i
         elif op in GLOBAL_MEMORY and access is None:
             access = (i, GLOBAL_MEMORY[op])
-    return PdlFacts(wait, access, trigger)
+    return PdlFacts(wait, access, trigger_at is not None, trigger_at)
 
 
 def pdl_wait(cubin: bytes, symbol: str, *, weights_first: bool = False) -> bool:

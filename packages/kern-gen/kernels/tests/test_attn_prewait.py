@@ -1,0 +1,49 @@
+"""The cluster attention's reads before its grid-dependency wait in the machine code (CPU,
+needs nvcc): none in the build; with ``KERN_ATTN_PREWAIT=1`` (attn_decode_cluster.cu, a lever,
+docs/plan-issue-16.md session 24) the rope variants request kv_lens[t], the slot of the row
+(ptxas hoists that ``.nc`` input load too) and the first key batch — kUnroll = 4 keys a key
+group, each a page-table entry, a K row and a V row — and nothing else; the variant without
+the rope keeps waiting first."""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kern_gen.llama import sass
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "tests"))
+import _own_kernels_gpu  # noqa: E402
+
+ROPE = [f"kern_attn_decode_cluster_rope{n}_bf16_d{d}" for n in ("", "_norm") for d in (64, 128)]
+PLAIN = [f"kern_attn_decode_cluster_bf16_d{d}" for d in (64, 128)]
+EARLY = 1 + 1 + 4 * 3     # kv_lens[t], slots[t], 4 x (table entry, K, V)
+
+
+@pytest.fixture(scope="module")
+def builds():
+    b = _own_kernels_gpu._build_module()
+    nvcc = b.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    src = HERE / "attn_decode_cluster.cu"
+    with tempfile.TemporaryDirectory() as tmp:
+        return {label: b.build_one(nvcc, src, Path(tmp) / label, defines=d).read_bytes()
+                for label, d in (("default", ()), ("prewait", ("KERN_ATTN_PREWAIT=1",)))}
+
+
+def test_the_build_reads_nothing_before_the_wait(builds):
+    for sym in ROPE + PLAIN:
+        assert sass.pdl_facts(builds["default"], sym).waits_first, sym
+
+
+def test_the_lever_reads_the_first_key_batch_before_the_wait(builds):
+    for sym in ROPE:
+        f = sass.pdl_facts(builds["prewait"], sym)
+        assert f.wait is not None and not f.waits_first and f.triggers_after_wait, sym
+        assert sass.accesses_before_wait(builds["prewait"], sym) == EARLY, sym
+    for sym in PLAIN:
+        assert sass.pdl_facts(builds["prewait"], sym).waits_first, sym

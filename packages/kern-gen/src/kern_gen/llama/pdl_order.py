@@ -1,0 +1,71 @@
+"""The launch order an own kernel that reads state before its grid-dependency wait relies on.
+
+A ``state_first`` step (:meth:`.assemble.Assembler.own_step`) may read, before
+``griddepcontrol.wait``, inputs and state that earlier programs or launches wrote — the
+cluster attention's ``kv_lens``, page table and old K/V rows under ``KERN_ATTN_PREWAIT``
+(kernels/attn_decode_cluster.cu).  With PDL such a step starts when its immediate
+predecessor triggers; what it reads early must then be complete: the predecessor must not
+touch the state (no ``state`` argument in its dispatch; inputs no kernel writes), and every
+step before it must have completed.  The latter holds when the predecessor
+
+- was launched without PDL (it started after its own predecessor completed), or
+- has no PREEXIT before its wait (:attr:`.sass.PdlFacts.triggers_after_wait`): it lets
+  dependents launch only after its wait returned, i.e. after its predecessor completed; that
+  one did the same (a PDL step always waits), so by induction every earlier step has.
+
+Anything else — a predecessor that touches the state or triggers before its wait, an extern
+step (no code to read), or no predecessor in the program (the step would rely on the previous program's last
+kernel) — is refused with the place named.  A ``state_first`` step whose code waits first
+(the switch off: nothing read early) needs none of this and is not checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .sass import PdlFacts
+
+Facts = Callable[[str, str], PdlFacts]
+"""(cubin file, symbol) -> the code's PDL facts."""
+
+
+def _steps(program: dict[str, Any],
+           kernels: dict[str, Any]) -> Iterable[tuple[str, dict, dict]]:
+    """(JSON path, step, its dispatch) of every step the program launches, in launch order."""
+    for i, d in enumerate(program["dispatches"]):
+        for j, s in enumerate(kernels[d["kernel"]]["impl"]["steps"]):
+            yield f"dispatches[{i}] (kernel `{d['kernel']}`) step {j}", s, d
+
+
+def order_problems(programs: dict[str, Any], kernels: dict[str, Any],
+                   state_first: set[tuple[str, str]], facts: Facts) -> list[str]:
+    """One line per ``pdl`` step of ``state_first`` (cubin, symbol) that reads before its
+    wait with a predecessor that does not prove every earlier step complete."""
+    problems = []
+    for name, program in programs.items():
+        prev: tuple[str, dict, dict] | None = None
+        for where, s, d in _steps(program, kernels):
+            key = (s.get("cubin"), s["symbol"])
+            if s.get("pdl") and key in state_first and not facts(*key).waits_first:
+                why = _unsafe(prev, facts)
+                if why:
+                    problems.append(f"programs.{name}.{where}: `{s['symbol']}` reads inputs "
+                                    f"or state before its grid-dependency wait, but {why}")
+            prev = (where, s, d)
+    return problems
+
+
+def _unsafe(prev: tuple[str, dict, dict] | None, facts: Facts) -> str | None:
+    if prev is None:
+        return "it is the program's first launch (the previous program's kernels may still run)"
+    where, p, d = prev
+    if any("state" in a for a in d.get("args", [])):
+        return f"its predecessor {where} `{p['symbol']}` touches the state it may read"
+    if not p.get("pdl"):
+        return None
+    if "cubin" not in p:
+        return f"its predecessor {where} `{p['symbol']}` is a PDL extern with no code to read"
+    if not facts(p["cubin"], p["symbol"]).triggers_after_wait:
+        return (f"its predecessor {where} `{p['symbol']}` lets dependents launch before its "
+                f"own wait (PREEXIT before ACQBULK)")
+    return None

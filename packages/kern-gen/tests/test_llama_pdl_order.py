@@ -1,0 +1,90 @@
+""":mod:`kern_gen.llama.pdl_order`: a ``state_first`` step that reads before its wait keeps
+``pdl`` only after a predecessor that proves every earlier step complete; each refusal names
+its place.  The trigger-after-wait fact itself is read from real code (the shipped GEMV and
+rope angles) and from a patched copy."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from kern_gen.llama import sass
+from kern_gen.llama.pdl_order import order_problems
+
+ROOT = Path(__file__).resolve().parents[3]
+KERNELS = ROOT / "examples" / "smollm2-135m" / "kernels"
+
+EARLY = ("attn.cubin", "reader")          # reads before its wait
+FACTS = {
+    EARLY: sass.PdlFacts(wait=5, first_access=(1, "LDG"), trigger=True, trigger_at=40),
+    ("gemv.cubin", "late_trigger"): sass.PdlFacts(3, (4, "LDG"), True, 50),
+    ("gemv.cubin", "early_trigger"): sass.PdlFacts(9, (10, "LDG"), True, 2),
+    ("gemv.cubin", "no_trigger"): sass.PdlFacts(3, (4, "LDG"), False, None),
+    ("attn.cubin", "waits_first"): sass.PdlFacts(0, (1, "LDG"), True, 30),
+}
+
+
+def facts(file, symbol):
+    return FACTS[(file, symbol)]
+
+
+def manifest(prev: dict | None, prev_args=(), reader=EARLY):
+    """One program: an optional predecessor dispatch, then the reader."""
+    kernels = {"r": {"impl": {"steps": [{"symbol": reader[1], "cubin": reader[0],
+                                         "pdl": True}]}}}
+    disp = [{"kernel": "r", "args": [{"buf": "kv_lens"}]}]
+    if prev is not None:
+        kernels["p"] = {"impl": {"steps": [prev]}}
+        disp.insert(0, {"kernel": "p", "args": list(prev_args)})
+    return {"decode": {"dispatches": disp}}, kernels
+
+
+def problems(prev, prev_args=(), reader=EARLY):
+    programs, kernels = manifest(prev, prev_args, reader)
+    return order_problems(programs, kernels, {EARLY, ("attn.cubin", "waits_first")}, facts)
+
+
+@pytest.mark.parametrize("prev", [
+    {"symbol": "late_trigger", "cubin": "gemv.cubin", "pdl": True},
+    {"symbol": "no_trigger", "cubin": "gemv.cubin", "pdl": True},
+    {"symbol": "early_trigger", "cubin": "gemv.cubin"},          # launched without PDL
+], ids=["trigger-after-wait", "no-trigger", "no-pdl"])
+def test_a_predecessor_that_proves_the_order_is_accepted(prev):
+    assert problems(prev) == []
+
+
+@pytest.mark.parametrize("prev, args, why", [
+    ({"symbol": "early_trigger", "cubin": "gemv.cubin", "pdl": True}, (),
+     "lets dependents launch before its own wait"),
+    ({"symbol": "extern:cublaslt.gemm", "pdl": True}, (), "a PDL extern with no code"),
+    ({"symbol": "late_trigger", "cubin": "gemv.cubin", "pdl": True}, ({"state": "kv.L0.k"},),
+     "touches the state"),
+    (None, (), "the program's first launch"),
+], ids=["early-trigger", "extern", "state", "first"])
+def test_each_refusal_names_the_step_and_why(prev, args, why):
+    (p,) = problems(prev, args)
+    where = "dispatches[1] (kernel `r`) step 0" if prev else "dispatches[0] (kernel `r`) step 0"
+    assert p.startswith(f"programs.decode.{where}: `reader` reads inputs or state before")
+    assert why in p
+
+
+def test_a_reader_whose_code_waits_first_is_not_checked():
+    prev = {"symbol": "early_trigger", "cubin": "gemv.cubin", "pdl": True}
+    assert problems(prev, reader=("attn.cubin", "waits_first")) == []
+
+
+def test_trigger_after_wait_is_read_from_the_code():
+    gemv = (KERNELS / "gemv.cubin").read_bytes()
+    f = sass.pdl_facts(gemv, "kern_gemv_bf16")
+    assert f.trigger and f.wait < f.trigger_at and f.triggers_after_wait
+    code = sass.function_code(gemv, "kern_gemv_bf16")
+    first = bytearray(code)            # the PREEXIT copied over the first instruction
+    pre = next(i for i in range(0, len(code), 16)
+               if struct.unpack_from("<Q", code, i)[0] & 0xFFF == sass.PREEXIT)
+    first[0:16] = code[pre:pre + 16]
+    g = sass.pdl_facts(gemv.replace(code, bytes(first)), "kern_gemv_bf16")
+    assert g.trigger_at == 0 and not g.triggers_after_wait
+    rope = sass.pdl_facts((KERNELS / "rope_angles.cubin").read_bytes(), "kern_rope_angles_f32")
+    assert rope.wait < rope.trigger_at
