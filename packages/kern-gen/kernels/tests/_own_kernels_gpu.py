@@ -37,6 +37,18 @@ def _build_module():
     return mod
 
 
+def cubin_bytes(source: str, defines: tuple[str, ...] = ()) -> bytes:
+    """The cubin of ``kernels/<source>`` built now with ``defines`` (``NAME=VALUE``), for the
+    CPU tests that read machine code; the calling test is skipped without nvcc."""
+    import pytest
+    b = _build_module()
+    nvcc = b.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    with tempfile.TemporaryDirectory() as tmp:
+        return b.build_one(nvcc, KERNELS / source, Path(tmp), defines=defines).read_bytes()
+
+
 def cubin_dir() -> Path:
     """``$KERN_KERNELS_CUBINS`` if set (device_check.sh builds there), else a fresh build."""
     env = os.environ.get("KERN_KERNELS_CUBINS")

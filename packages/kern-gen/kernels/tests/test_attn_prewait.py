@@ -7,7 +7,6 @@ the rope keeps waiting first."""
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,8 @@ EARLY = 1 + 1 + 4 * 3     # kv_lens[t], slots[t], 4 x (table entry, K, V)
 
 @pytest.fixture(scope="module")
 def builds():
-    b = _own_kernels_gpu._build_module()
-    nvcc = b.find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    src = HERE / "attn_decode_cluster.cu"
-    with tempfile.TemporaryDirectory() as tmp:
-        return {label: b.build_one(nvcc, src, Path(tmp) / label, defines=d).read_bytes()
-                for label, d in (("default", ()), ("prewait", ("KERN_ATTN_PREWAIT=1",)))}
+    return {label: _own_kernels_gpu.cubin_bytes("attn_decode_cluster.cu", d)
+            for label, d in (("default", ()), ("prewait", ("KERN_ATTN_PREWAIT=1",)))}
 
 
 def test_the_build_reads_nothing_before_the_wait(builds):

@@ -7,7 +7,6 @@ while the previous kernel ran (docs/plan-issue-16.md, session 23).  This pins th
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,7 @@ SYMBOLS = {"gemv.cu": {"kern_gemv_bf16": 1, "kern_gemv_silu_bf16": 2, "kern_gemv
 
 @pytest.fixture(scope="module")
 def builds():
-    b = _own_kernels_gpu._build_module()
-    nvcc = b.find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    with tempfile.TemporaryDirectory() as tmp:
-        return {src: b.build_one(nvcc, HERE / src, Path(tmp)).read_bytes() for src in SYMBOLS}
+    return {src: _own_kernels_gpu.cubin_bytes(src) for src in SYMBOLS}
 
 
 @pytest.mark.parametrize("src", list(SYMBOLS))
