@@ -85,8 +85,7 @@ class Assembler:
         self.extra_states = extra_states or {}   # state name -> bytes per token
         self.own = own                  # own cubin file -> its built bytes
         self.own_sha = {k: hashlib.sha256(v).hexdigest() for k, v in own.items()}
-        self._pdl: dict[tuple[str, str, bool], bool] = {}   # (cubin, symbol, rule) -> pdl
-        self._code: dict[str, Callable[[], bytes | None]] = {}   # cubin file -> its bytes
+        self._facts: dict[tuple[str, str], sass.PdlFacts] = {}   # (cubin, symbol) -> code's
         self.state_first: set[tuple[str, str]] = set()   # own steps checked by pdl_order
         self.gemm_impl = gemm_impl      # the few-row programs' GEMMs (gemm.GEMM_IMPLS)
         self.attention = attention      # the decode attention (own.DECODE_ATTENTION)
@@ -194,25 +193,18 @@ class Assembler:
         """May ``symbol`` of ``file`` launch with PDL (:func:`.sass.pdl_wait`)?  Read once
         per function: ``cubin`` (the bytes, e.g. decompressed from the capture) is called only
         on the first ask."""
-        key = (file, symbol, weights_first)
-        self._code.setdefault(file, cubin)
-        if key not in self._pdl:
+        key = (file, symbol)
+        if key not in self._facts:
             data = cubin()
             if data is None:
                 raise WiringError(f"{where}: no cubin `{file}` (the capture's module or the "
                                   f"own build) to read its code from")
             try:
-                self._pdl[key] = sass.pdl_wait(data, symbol, weights_first=weights_first)
+                self._facts[key] = sass.pdl_facts(data, symbol)
             except sass.CubinError as exc:
                 raise WiringError(f"{where}: reading its code for the grid-dependency wait: "
                                   f"{exc}") from None
-        return self._pdl[key]
-
-    def _facts(self, file: str, symbol: str) -> sass.PdlFacts:
-        """The PDL facts of a cubin :meth:`pdl` has read (its bytes asked for again)."""
-        data = self._code[file]()
-        assert data is not None
-        return sass.pdl_facts(data, symbol)
+        return sass.pdl_allowed(self._facts[key], weights_first=weights_first)
 
     @staticmethod
     def extern_step(symbol: str, **kw: Any) -> dict[str, Any]:
@@ -240,7 +232,9 @@ class Assembler:
             progs[prog.name] = {"dispatches": disp}
             for d in disp:
                 self.dispatch_counts.setdefault(d["kernel"], [0] * len(programs))[i] += 1
-        problems = order_problems(progs, self.kernels, self.state_first, self._facts)
+        # every pdl step's code was read by pdl(); pdl_order asks only for those
+        problems = order_problems(progs, self.kernels, self.state_first,
+                                  lambda f, s: self._facts[(f, s)])
         if problems:
             raise WiringError(problems[0], problems=problems)
         bufs = dict(sorted(self.buffers.items(), key=lambda kv: _buf_order(kv[0], kv[1])))

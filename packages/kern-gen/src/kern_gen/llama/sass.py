@@ -122,7 +122,11 @@ def pdl_wait(cubin: bytes, symbol: str, *, weights_first: bool = False) -> bool:
     unconditionally before any global memory access.  ``weights_first``: an own kernel
     whose source reads only weights before the wait (weights are never written by any
     program: the verifier's dataflow rule), so the wait alone is required."""
-    f = pdl_facts(cubin, symbol)
+    return pdl_allowed(pdl_facts(cubin, symbol), weights_first=weights_first)
+
+
+def pdl_allowed(f: PdlFacts, *, weights_first: bool = False) -> bool:
+    """:func:`pdl_wait`'s rule on facts already read."""
     return f.wait is not None if weights_first else f.waits_first
 
 
