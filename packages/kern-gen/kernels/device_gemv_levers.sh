@@ -25,6 +25,9 @@
 #           launch order): its GPU tests on the variant build (bit-identity with the pair and
 #           the folded rope), then kern-run bench with the lever on both models (SmolLM2 on
 #           random weights of its shape), PDL off/on, tokens compared  -> $OUT/attn*.txt
+#   fusenorm  kern-gen --fuse-norm (the RMSNorms split between the GEMVs around them, ABI.md
+#           4e; slower in session 20, before the GEMVs prefetched their first W batch) against
+#           the examples on both models, PDL off/on, tokens compared  -> $OUT/fusenorm.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -89,6 +92,13 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:attnpre=/tmp/lev/llama-attnpre --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:attnpre=/tmp/lev/qwen3-attnpre --no-baseline > "$OUT/attn_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/attn_bench.txt" | tail -16 ;;
+    fusenorm)
+      lev llama-fusenorm python3 -m kern_gen.cli llama --fuse-norm --out /tmp/lev/llama-fusenorm
+      lev qwen3-fusenorm python3 -m kern_gen.cli qwen3 --fuse-norm --out /tmp/lev/qwen3-fusenorm
+      timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:fusenorm=/tmp/lev/llama-fusenorm --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:fusenorm=/tmp/lev/qwen3-fusenorm --no-baseline > "$OUT/fusenorm.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/fusenorm.txt" | tail -16 ;;
     shipped)   # the examples as shipped (after the prewait GEMV became the code, session 24)
       KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K \
         > "$OUT/kernels_gpu.log" 2>&1 || rc=1
