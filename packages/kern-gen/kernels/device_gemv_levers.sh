@@ -25,6 +25,10 @@
 #           launch order): its GPU tests on the variant build (bit-identity with the pair and
 #           the folded rope), then kern-run bench with the lever on both models (SmolLM2 on
 #           random weights of its shape), PDL off/on, tokens compared  -> $OUT/attn*.txt
+#   trigger the GEMVs' launch_dependents right after their wait (gemv_core.cuh
+#           KERN_GEMV_EARLY_TRIGGER=1, a variant build): the plain GEMV GPU tests on it (their PDL
+#           chains), then kern-run bench with it on both models, alone and with the attention
+#           lever, PDL off/on, tokens compared                         -> $OUT/trig*.txt
 #   fusenorm  kern-gen --fuse-norm (the RMSNorms split between the GEMVs around them, ABI.md
 #           4e; slower in session 20, before the GEMVs prefetched their first W batch) against
 #           the examples on both models, PDL off/on, tokens compared  -> $OUT/fusenorm.txt
@@ -92,6 +96,22 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:attnpre=/tmp/lev/llama-attnpre --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:attnpre=/tmp/lev/qwen3-attnpre --no-baseline > "$OUT/attn_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/attn_bench.txt" | tail -16 ;;
+    trigger)
+      [ -f /tmp/own_et/gemv.cubin ] || python3 $KD/build.py /tmp/own_et \
+        -D KERN_GEMV_EARLY_TRIGGER=1 > "$OUT/build_et.txt" 2>&1 || { cat "$OUT/build_et.txt"; exit 1; }
+      KERN_KERNELS_CUBINS=/tmp/own_et timeout 150 python3 -m pytest -q -m gpu \
+        $K/test_gemv_gpu.py > "$OUT/trig_tests.txt" 2>&1 || rc=1
+      tail -2 "$OUT/trig_tests.txt"
+      for p in qwen3 llama; do
+        lev $p-trig python3 $KD/variant_lever.py /tmp/lev/$p-trig --preset $p -D KERN_GEMV_EARLY_TRIGGER=1
+        lev $p-trigattn python3 $KD/variant_lever.py /tmp/lev/$p-trigattn --preset $p \
+          -D KERN_GEMV_EARLY_TRIGGER=1 -D KERN_ATTN_PREWAIT=1
+      done
+      timeout 400 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:trig=/tmp/lev/llama-trig --lever smollm2:trig+attn=/tmp/lev/llama-trigattn \
+        --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:trig=/tmp/lev/qwen3-trig \
+        --lever qwen3:trig+attn=/tmp/lev/qwen3-trigattn --no-baseline > "$OUT/trig_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/trig_bench.txt" | tail -20 ;;
     fusenorm)
       lev llama-fusenorm python3 -m kern_gen.cli llama --fuse-norm --out /tmp/lev/llama-fusenorm
       lev qwen3-fusenorm python3 -m kern_gen.cli qwen3 --fuse-norm --out /tmp/lev/qwen3-fusenorm

@@ -14,6 +14,16 @@ constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
 
+// A lever, off in the build (session 25, measured with variant_lever.py before it may become
+// the code): 1 triggers the dependents right after griddepcontrol.wait instead of after the
+// main loop, so that the next kernel's blocks land on the SMs this grid leaves idle (SmolLM2's
+// GEMVs have 36-96 blocks for 132 SMs) and request their first W batch while this one still
+// streams.  Correctness does not depend on it: a dependent's wait still waits for this whole
+// grid.  Still after the wait, so kern_gen.llama.pdl_order's rule (trigger after wait) holds.
+#ifndef KERN_GEMV_EARLY_TRIGGER
+#define KERN_GEMV_EARLY_TRIGGER 0
+#endif
+
 // r = 16 bytes at p by the load instruction insn (a string literal), zeros when !ok; the
 // optional last argument adds clobbers (": \"memory\"").
 #define KERN_LD16(insn, p, ok, r, ...)                                                     \
@@ -149,6 +159,9 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     }
     norm.before_wait();
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#if KERN_GEMV_EARLY_TRIGGER
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     norm();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -178,7 +191,9 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
             av[u] = load_a<Norm::kShared>(ap + off, ok && a_ok);
         }
     }
+#if !KERN_GEMV_EARLY_TRIGGER
     asm volatile("griddepcontrol.launch_dependents;");
+#endif
 
     // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
 #pragma unroll
