@@ -29,6 +29,8 @@
 #           KERN_GEMV_EARLY_TRIGGER=1, a variant build): the plain GEMV GPU tests on it (their PDL
 #           chains), then kern-run bench with it on both models, alone and with the attention
 #           lever, PDL off/on, tokens compared                         -> $OUT/trig*.txt
+#   both    attn and trigger in one call (the builds and lever folders made in parallel, one
+#           bench with the three levers a model)                    -> $OUT/both*.txt
 #   fusenorm  kern-gen --fuse-norm (the RMSNorms split between the GEMVs around them, ABI.md
 #           4e; slower in session 20, before the GEMVs prefetched their first W batch) against
 #           the examples on both models, PDL off/on, tokens compared  -> $OUT/fusenorm.txt
@@ -112,6 +114,31 @@ for step in "${STEPS[@]}"; do
         --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:trig=/tmp/lev/qwen3-trig \
         --lever qwen3:trig+attn=/tmp/lev/qwen3-trigattn --no-baseline > "$OUT/trig_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/trig_bench.txt" | tail -20 ;;
+    both)
+      [ -f /tmp/own_aw/attn_decode_cluster.cubin ] || python3 $KD/build.py /tmp/own_aw \
+        -D KERN_ATTN_PREWAIT=1 > "$OUT/build_aw.txt" 2>&1 &
+      [ -f /tmp/own_et/gemv.cubin ] || python3 $KD/build.py /tmp/own_et \
+        -D KERN_GEMV_EARLY_TRIGGER=1 > "$OUT/build_et.txt" 2>&1 &
+      for p in qwen3 llama; do
+        lev $p-attnpre python3 $KD/variant_lever.py /tmp/lev/$p-attnpre --preset $p \
+          -D KERN_ATTN_PREWAIT=1 &
+        lev $p-trig python3 $KD/variant_lever.py /tmp/lev/$p-trig --preset $p \
+          -D KERN_GEMV_EARLY_TRIGGER=1 &
+        lev $p-trigattn python3 $KD/variant_lever.py /tmp/lev/$p-trigattn --preset $p \
+          -D KERN_GEMV_EARLY_TRIGGER=1 -D KERN_ATTN_PREWAIT=1 &
+      done
+      wait
+      KERN_KERNELS_CUBINS=/tmp/own_aw timeout 150 python3 -m pytest -q -m gpu \
+        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py > "$OUT/both_tests_attn.txt" 2>&1 || rc=1
+      KERN_KERNELS_CUBINS=/tmp/own_et timeout 100 python3 -m pytest -q -m gpu \
+        $K/test_gemv_gpu.py > "$OUT/both_tests_trig.txt" 2>&1 || rc=1
+      tail -1 "$OUT/both_tests_attn.txt" "$OUT/both_tests_trig.txt"
+      timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:attn=/tmp/lev/llama-attnpre --lever smollm2:trig=/tmp/lev/llama-trig \
+        --lever smollm2:trig+attn=/tmp/lev/llama-trigattn --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:attn=/tmp/lev/qwen3-attnpre --lever qwen3:trig=/tmp/lev/qwen3-trig \
+        --lever qwen3:trig+attn=/tmp/lev/qwen3-trigattn --no-baseline > "$OUT/both_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/both_bench.txt" | grep -v "shards" | tail -24 ;;
     fusenorm)
       lev llama-fusenorm python3 -m kern_gen.cli llama --fuse-norm --out /tmp/lev/llama-fusenorm
       lev qwen3-fusenorm python3 -m kern_gen.cli qwen3 --fuse-norm --out /tmp/lev/qwen3-fusenorm
