@@ -40,17 +40,18 @@ namespace cg = cooperative_groups;
 #define KERN_CLUSTER_THREADS_D128 256
 #endif
 
-// KERN_ATTN_PREWAIT=1 (a lever, off in the build; docs/plan-issue-16.md, session 24): the
-// rope variants read kv_lens[t], the page table and the block's first key batch (K and V of
-// its first kUnroll keys a key group, never the row's new key kv_len - 1, which this launch
+// The rope variants read kv_lens[t], the page table and the block's first key batch (K and V
+// of its first kUnroll keys a key group, never the row's new key kv_len - 1, which this launch
 // writes) before griddepcontrol.wait, so the cache round trip overlaps the previous kernel
-// (the qkv GEMV).  Those bytes are inputs and state written by earlier programs; reading them
-// early is safe when every kernel before the immediate predecessor has completed, which the
-// generator proves from the predecessor's code (its trigger after its wait) before it gives
-// such a step `pdl`.  The loads are coherent: ptxas moves .nc loads below the wait.
-#ifndef KERN_ATTN_PREWAIT
-#define KERN_ATTN_PREWAIT 0
-#endif
+// (the qkv GEMV, which lets its dependents launch right after its own wait:
+// gemv.cu kern_gemv_et_bf16).  Those bytes are inputs and state written by earlier programs;
+// reading them early is safe when every kernel before the immediate predecessor has
+// completed, which the generator proves from the predecessor's code (its trigger after its
+// wait, kern_gen/llama/pdl_order.py) before it gives such a step `pdl`.  The loads are
+// coherent: ptxas moves .nc loads below the wait.  Measured as a lever (session 25, H100, same
+// process, tokens identical; docs/measurements.md): alone SmolLM2 0.558 -> 0.550 ms/token,
+// the Qwen3-4B shape 3.363 -> 3.338; with every GEMV triggering early 0.559 -> 0.519 and
+// 3.353 -> 3.343.
 
 namespace {
 
@@ -253,7 +254,7 @@ struct Block {
     int hk, rank, t, group, qh0, kv_len, k_begin, k_end;
 };
 
-// kCoherent: kv_lens[t] with a coherent load (before the wait: see KERN_ATTN_PREWAIT).
+// kCoherent: kv_lens[t] with a coherent load (before the wait: the rope variants).
 template <bool kCoherent = false>
 __device__ __forceinline__ Block block_of(const int* __restrict__ kv_lens, int n_q_heads,
                                           int n_kv_heads)
@@ -278,7 +279,7 @@ __device__ __forceinline__ Block block_of(const int* __restrict__ kv_lens, int n
 }
 
 // The block's first key batch as block_pass's first iteration reads it, with coherent loads
-// (before griddepcontrol.wait; KERN_ATTN_PREWAIT): key k_begin + kg + u*NG for u < kUnroll
+// (before griddepcontrol.wait, the rope variants): key k_begin + kg + u*NG for u < kUnroll
 // when below k_end and not `skip` (the row's new key, which this launch writes); zeros
 // otherwise (block_pass does not use those).
 template <int D>
@@ -352,16 +353,11 @@ __device__ __forceinline__ void cluster_rope_decode(
     __shared__ __align__(16) __nv_bfloat16 k_s[D];
     __shared__ __align__(16) __nv_bfloat16 v_s[D];
     uint4 pk[kUnroll], pv[kUnroll];
-#if KERN_ATTN_PREWAIT
     const Block b = block_of<true>(kv_lens, n_q_heads, n_kv_heads);
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                    b.kv_len - 1, pk, pv);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#else
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
-#endif
     const int nq = n_q_heads * D, nk = n_kv_heads * D;
     const __nv_bfloat16* row = qkv + (int64_t)b.t * (nq + 2 * nk);
     const __nv_bfloat16* kx = row + nq + b.hk * D;
@@ -416,7 +412,7 @@ __device__ __forceinline__ void cluster_rope_decode(
     const Pass a{q_s, k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                  block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                  scale * kLog2e, writer ? new_key : -1, k_s, v_s};
-    attend_and_merge<D, KERN_ATTN_PREWAIT != 0>(
+    attend_and_merge<D, true>(
         a, b.group, b.rank, out + ((int64_t)b.t * n_q_heads + b.qh0) * D, sm, pk, pv);
 }
 

@@ -20,17 +20,12 @@
 #           forced against transformers, the Qwen3 DSpark loop's losslessness, then kern-run
 #           bench (SmolLM2 on random weights of its shape, Qwen3) with the compiled
 #           transformers baseline                                     -> $OUT/bench.txt
-#   attn    the cluster attention's old keys before its wait (attn_decode_cluster.cu
-#           KERN_ATTN_PREWAIT=1, a variant build; the generator's pdl_order pass proves the
-#           launch order): its GPU tests on the variant build (bit-identity with the pair and
-#           the folded rope), then kern-run bench with the lever on both models (SmolLM2 on
-#           random weights of its shape), PDL off/on, tokens compared  -> $OUT/attn*.txt
-#   trigger the GEMVs' launch_dependents right after their wait (gemv_core.cuh
-#           KERN_GEMV_EARLY_TRIGGER=1, a variant build): the plain GEMV GPU tests on it (their PDL
-#           chains), then kern-run bench with it on both models, alone and with the attention
-#           lever, PDL off/on, tokens compared                         -> $OUT/trig*.txt
-#   both    attn and trigger in one call (the builds and lever folders made in parallel, one
-#           bench with the three levers a model)                    -> $OUT/both*.txt
+#   adopted session 25's change (the decode attention's old keys before its wait, the qkv GEMV
+#           kern_gemv_et_bf16 triggering right after its wait): the GEMV and cluster attention
+#           GPU tests, then kern-run bench of the examples against the examples before it
+#           (lev_old/, made on the CPU machine: `mkdir lev_old && git archive bac84d2
+#           examples/smollm2-135m examples/qwen3-4b | tar -x -C lev_old`; untracked, so it
+#           travels with the tree), both models, PDL off/on, tokens compared -> $OUT/adopted*.txt
 #   fusenorm  kern-gen --fuse-norm (the RMSNorms split between the GEMVs around them, ABI.md
 #           4e; slower in session 20, before the GEMVs prefetched their first W batch) against
 #           the examples on both models, PDL off/on, tokens compared  -> $OUT/fusenorm.txt
@@ -84,61 +79,15 @@ for step in "${STEPS[@]}"; do
         --example /tmp/lev/qwen3-dspark-splitk --chain --repeat 3 --steps 64 --out "$OUT/dspark" \
         > "$OUT/dspark/log.txt" 2>&1 || rc=1
       tail -15 "$OUT/dspark/log.txt" ;;
-    attn)
-      [ -f /tmp/own_aw/attn_decode_cluster.cubin ] || python3 $KD/build.py /tmp/own_aw \
-        -D KERN_ATTN_PREWAIT=1 > "$OUT/build_aw.txt" 2>&1 || { cat "$OUT/build_aw.txt"; exit 1; }
-      KERN_KERNELS_CUBINS=/tmp/own_aw timeout 200 python3 -m pytest -q -m gpu \
-        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py > "$OUT/attn_tests.txt" 2>&1 || rc=1
-      tail -2 "$OUT/attn_tests.txt"
-      lev qwen3-attnpre python3 $KD/variant_lever.py /tmp/lev/qwen3-attnpre --preset qwen3 \
-        -D KERN_ATTN_PREWAIT=1
-      lev llama-attnpre python3 $KD/variant_lever.py /tmp/lev/llama-attnpre --preset llama \
-        -D KERN_ATTN_PREWAIT=1
-      timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:attnpre=/tmp/lev/llama-attnpre --case qwen3 --qwen3 examples/qwen3-4b \
-        --lever qwen3:attnpre=/tmp/lev/qwen3-attnpre --no-baseline > "$OUT/attn_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/attn_bench.txt" | tail -16 ;;
-    trigger)
-      [ -f /tmp/own_et/gemv.cubin ] || python3 $KD/build.py /tmp/own_et \
-        -D KERN_GEMV_EARLY_TRIGGER=1 > "$OUT/build_et.txt" 2>&1 || { cat "$OUT/build_et.txt"; exit 1; }
-      KERN_KERNELS_CUBINS=/tmp/own_et timeout 150 python3 -m pytest -q -m gpu \
-        $K/test_gemv_gpu.py > "$OUT/trig_tests.txt" 2>&1 || rc=1
-      tail -2 "$OUT/trig_tests.txt"
-      for p in qwen3 llama; do
-        lev $p-trig python3 $KD/variant_lever.py /tmp/lev/$p-trig --preset $p -D KERN_GEMV_EARLY_TRIGGER=1
-        lev $p-trigattn python3 $KD/variant_lever.py /tmp/lev/$p-trigattn --preset $p \
-          -D KERN_GEMV_EARLY_TRIGGER=1 -D KERN_ATTN_PREWAIT=1
-      done
-      timeout 400 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:trig=/tmp/lev/llama-trig --lever smollm2:trig+attn=/tmp/lev/llama-trigattn \
-        --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:trig=/tmp/lev/qwen3-trig \
-        --lever qwen3:trig+attn=/tmp/lev/qwen3-trigattn --no-baseline > "$OUT/trig_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/trig_bench.txt" | tail -20 ;;
-    both)
-      [ -f /tmp/own_aw/attn_decode_cluster.cubin ] || python3 $KD/build.py /tmp/own_aw \
-        -D KERN_ATTN_PREWAIT=1 > "$OUT/build_aw.txt" 2>&1 &
-      [ -f /tmp/own_et/gemv.cubin ] || python3 $KD/build.py /tmp/own_et \
-        -D KERN_GEMV_EARLY_TRIGGER=1 > "$OUT/build_et.txt" 2>&1 &
-      for p in qwen3 llama; do
-        lev $p-attnpre python3 $KD/variant_lever.py /tmp/lev/$p-attnpre --preset $p \
-          -D KERN_ATTN_PREWAIT=1 &
-        lev $p-trig python3 $KD/variant_lever.py /tmp/lev/$p-trig --preset $p \
-          -D KERN_GEMV_EARLY_TRIGGER=1 &
-        lev $p-trigattn python3 $KD/variant_lever.py /tmp/lev/$p-trigattn --preset $p \
-          -D KERN_GEMV_EARLY_TRIGGER=1 -D KERN_ATTN_PREWAIT=1 &
-      done
-      wait
-      KERN_KERNELS_CUBINS=/tmp/own_aw timeout 150 python3 -m pytest -q -m gpu \
-        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py > "$OUT/both_tests_attn.txt" 2>&1 || rc=1
-      KERN_KERNELS_CUBINS=/tmp/own_et timeout 100 python3 -m pytest -q -m gpu \
-        $K/test_gemv_gpu.py > "$OUT/both_tests_trig.txt" 2>&1 || rc=1
-      tail -1 "$OUT/both_tests_attn.txt" "$OUT/both_tests_trig.txt"
-      timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:attn=/tmp/lev/llama-attnpre --lever smollm2:trig=/tmp/lev/llama-trig \
-        --lever smollm2:trig+attn=/tmp/lev/llama-trigattn --case qwen3 --qwen3 examples/qwen3-4b \
-        --lever qwen3:attn=/tmp/lev/qwen3-attnpre --lever qwen3:trig=/tmp/lev/qwen3-trig \
-        --lever qwen3:trig+attn=/tmp/lev/qwen3-trigattn --no-baseline > "$OUT/both_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/both_bench.txt" | grep -v "shards" | tail -24 ;;
+    adopted)
+      [ -d lev_old/examples ] || { echo "lev_old/examples missing (see the header)"; exit 2; }
+      KERN_KERNELS_CUBINS=/tmp/own timeout 150 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
+        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py > "$OUT/adopted_tests.txt" 2>&1 || rc=1
+      tail -n 1 "$OUT/adopted_tests.txt"
+      timeout 300 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:before=lev_old/examples/smollm2-135m --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:before=lev_old/examples/qwen3-4b --no-baseline > "$OUT/adopted_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/adopted_bench.txt" | grep -v shards | tail -16 ;;
     fusenorm)
       lev llama-fusenorm python3 -m kern_gen.cli llama --fuse-norm --out /tmp/lev/llama-fusenorm
       lev qwen3-fusenorm python3 -m kern_gen.cli qwen3 --fuse-norm --out /tmp/lev/qwen3-fusenorm

@@ -54,6 +54,13 @@
 //     `extern:cublaslt_bf16_tn_acc`, beta = 1): each dot product in f32 plus the old c
 //     element in f32, rounded once, as cuBLASLt's D = A.B + C.  DSpark's tap projections
 //     (4 or 8 accumulating GEMMs a verify) and its Markov head (one a draft row).
+//   kern_gemv_et_bf16(a, w, c, m, n, k): kern_gemv_bf16's contract and bits; it lets its
+//     dependents launch right after its grid-dependency wait instead of after its main loop.
+//     kern-gen puts it before a step that reads before its own wait (the decode attention,
+//     attn_decode_cluster.cu: its old keys then load while this GEMV streams W;
+//     kern_gen/llama/pdl_order.py).  Every other GEMV keeps the late trigger: triggering all
+//     of them early gained nothing in decode and slowed the DSpark round (H100, session 25:
+//     4.597 -> 4.646 ms, docs/measurements.md).
 //   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
 // The RMSNorm variants that share this main loop are in gemv_norm.cu (ABI.md 4e).
@@ -65,16 +72,29 @@
 // no-ops without PDL.
 #include "gemv_core.cuh"
 
-extern "C" __global__ void KERN_GEMV_BOUNDS_T1
-kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
-               __nv_bfloat16* c, int m, int n, int k) {
+template <bool kEarly>
+__device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
+                                           const __nv_bfloat16* __restrict__ w,
+                                           __nv_bfloat16* c, int m, int n, int k) {
     __shared__ float red[kMaxWarps][1][kRows][kCols];
     check_launch(a, w, k);
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {n0}, lim[1] = {n};
-    gemv_tiles<1>(a, w, m, k, base, lim, m0, red, NoNorm{});
+    gemv_tiles<1, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_plain(red, c, m, n, m0, n0);
+}
+
+extern "C" __global__ void KERN_GEMV_BOUNDS_T1
+kern_gemv_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+               __nv_bfloat16* c, int m, int n, int k) {
+    gemv_plain<false>(a, w, c, m, n, k);
+}
+
+extern "C" __global__ void KERN_GEMV_BOUNDS_T1
+kern_gemv_et_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                  __nv_bfloat16* c, int m, int n, int k) {
+    gemv_plain<true>(a, w, c, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)

@@ -14,16 +14,6 @@ constexpr int kStep = 32;       // k elements per warp step: 4 lanes x 8
 constexpr int kUnroll = 4;      // steps per batch in flight
 constexpr int kMaxWarps = 16;
 
-// A lever, off in the build (session 25, measured with variant_lever.py before it may become
-// the code): 1 triggers the dependents right after griddepcontrol.wait instead of after the
-// main loop, so that the next kernel's blocks land on the SMs this grid leaves idle (SmolLM2's
-// GEMVs have 36-96 blocks for 132 SMs) and request their first W batch while this one still
-// streams.  Correctness does not depend on it: a dependent's wait still waits for this whole
-// grid.  Still after the wait, so kern_gen.llama.pdl_order's rule (trigger after wait) holds.
-#ifndef KERN_GEMV_EARLY_TRIGGER
-#define KERN_GEMV_EARLY_TRIGGER 0
-#endif
-
 // r = 16 bytes at p by the load instruction insn (a string literal), zeros when !ok; the
 // optional last argument adds clobbers (": \"memory\"").
 #define KERN_LD16(insn, p, ok, r, ...)                                                     \
@@ -114,7 +104,9 @@ struct NoNorm {
 //
 // ld is the row stride of a and w in elements and k the extent summed (k <= ld): the split-K
 // variants (gemv_splitk.cu) pass a and w advanced to their k range; the others ld == k.
-template <int T, class Norm>
+// kEarly: launch_dependents right after the wait instead of after the main loop (gemv.cu
+// kern_gemv_et_bf16: for a dependent that reads before its own wait).
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                                               const __nv_bfloat16* __restrict__ w, int m, int k,
                                               int ld, const int (&base)[T], const int (&lim)[T],
@@ -159,9 +151,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     }
     norm.before_wait();
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if KERN_GEMV_EARLY_TRIGGER
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;");
     norm();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -191,9 +181,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
             av[u] = load_a<Norm::kShared>(ap + off, ok && a_ok);
         }
     }
-#if !KERN_GEMV_EARLY_TRIGGER
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    if constexpr (!kEarly) asm volatile("griddepcontrol.launch_dependents;");
 
     // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
 #pragma unroll
@@ -206,12 +194,12 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     __syncthreads();
 }
 
-template <int T, class Norm>
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w, int m, int k,
                                            const int (&base)[T], const int (&lim)[T], int m0,
                                            float (*red)[T][kRows][kCols], const Norm& norm) {
-    gemv_tiles_ld<T>(a, w, m, k, k, base, lim, m0, red, norm);
+    gemv_tiles_ld<T, Norm, kEarly>(a, w, m, k, k, base, lim, m0, red, norm);
 }
 
 // The warps' partials of tile t, element (mi, col), summed in warp order (deterministic).

@@ -105,7 +105,9 @@ def test_unreadable_code_is_refused_with_the_reason(bad, msg):
 def test_every_pdl_step_of_the_examples_waits_first_in_its_cubin(example):
     """Read back from the written files: a step has ``pdl`` exactly when the code of its
     symbol in its cubin waits on the grid dependency first (own GEMV kernels may read
-    weights before the wait: :func:`sass.pdl_wait` ``weights_first``)."""
+    weights before the wait: :func:`sass.pdl_wait` ``weights_first``; the cluster rope
+    attention also inputs and old cache rows, ``state_first``, whose launch order
+    test_llama_pdl_order.py checks)."""
     m = json.loads((example / "manifest.json").read_bytes())
     seen = {True: 0, False: 0}
     for kern in m["kernels"].values():
@@ -114,8 +116,8 @@ def test_every_pdl_step_of_the_examples_waits_first_in_its_cubin(example):
                 assert "pdl" not in s            # externs run through the runtime's library
                 continue
             data = (example / "kernels" / s["cubin"]).read_bytes()
-            want = sass.pdl_wait(data, s["symbol"],
-                                 weights_first=s["symbol"].startswith("kern_gemv"))
+            early = s["symbol"].startswith(("kern_gemv", "kern_attn_decode_cluster_rope"))
+            want = sass.pdl_wait(data, s["symbol"], weights_first=early)
             assert s.get("pdl", False) is want, (s["symbol"], s["cubin"])
             seen[want] += 1
     assert seen[True] > 0

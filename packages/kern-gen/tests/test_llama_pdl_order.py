@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kern_gen.llama import sass
-from kern_gen.llama.pdl_order import order_problems
+from kern_gen.llama.pdl_order import early_triggers, order_problems
 
 ROOT = Path(__file__).resolve().parents[3]
 KERNELS = ROOT / "examples" / "smollm2-135m" / "kernels"
@@ -23,7 +23,9 @@ FACTS = {
     ("gemv.cubin", "early_trigger"): sass.PdlFacts(9, (10, "LDG"), True, 2),
     ("gemv.cubin", "no_trigger"): sass.PdlFacts(3, (4, "LDG"), False, None),
     ("attn.cubin", "waits_first"): sass.PdlFacts(0, (1, "LDG"), True, 30),
+    ("gemv.cubin", "kern_gemv_bf16"): sass.PdlFacts(3, (1, "LDG"), True, 50),
 }
+GEMV = ("gemv.cubin", "kern_gemv_bf16")
 
 
 def facts(file, symbol):
@@ -88,3 +90,43 @@ def test_trigger_after_wait_is_read_from_the_code():
     assert g.trigger_at == 0 and not g.triggers_after_wait
     rope = sass.pdl_facts((KERNELS / "rope_angles.cubin").read_bytes(), "kern_rope_angles_f32")
     assert rope.wait < rope.trigger_at
+
+
+def early(prev, reader=EARLY, extra_step=False):
+    programs, kernels = manifest(prev, reader=reader)
+    if extra_step:
+        kernels["p"]["impl"]["steps"].append(dict(prev))
+    return early_triggers(programs, kernels, {EARLY, ("attn.cubin", "waits_first")}, facts,
+                          GEMV)
+
+
+def test_the_plain_gemv_before_an_early_reader_is_named():
+    assert early({"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}) == {"p"}
+
+
+@pytest.mark.parametrize("prev, reader, extra", [
+    ({"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}, ("attn.cubin", "waits_first"), False),
+    ({"symbol": GEMV[1], "cubin": GEMV[0]}, EARLY, False),
+    ({"symbol": "late_trigger", "cubin": "gemv.cubin", "pdl": True}, EARLY, False),
+    ({"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}, EARLY, True),
+    (None, EARLY, False),
+], ids=["reader-waits-first", "gemv-without-pdl", "other-kernel", "two-steps", "first"])
+def test_no_other_kernel_is_named(prev, reader, extra):
+    assert early(prev, reader, extra) == set()
+
+
+@pytest.mark.parametrize("example", ["smollm2-135m", "qwen3-4b", "smollm2-135m-dspark",
+                                     "qwen3-4b-dspark"])
+def test_the_examples_trigger_early_only_before_the_decode_attention(example):
+    """Only the kernel of the qkv GEMVs: each decode layer's attention follows one."""
+    import json
+    m = json.loads((ROOT / "examples" / example / "manifest.json").read_text())
+    et = {n for n, k in m["kernels"].items()
+          if any(s["symbol"] == "kern_gemv_et_bf16" for s in k["impl"]["steps"])}
+    assert et, "no GEMV triggers early"
+    disp = m["programs"]["decode"]["dispatches"]
+    after = [disp[i + 1]["kernel"] for i, d in enumerate(disp) if d["kernel"] in et]
+    # each layer's qkv GEMV; in layer 0 the rope angles come between it and the attention
+    assert after.count("decode.rope_attention") == len(after) - 1, after
+    assert set(after) == {"decode.rope_attention", "rope_angles.2"}, after
+

@@ -185,13 +185,14 @@ class Kernels:
                                   ptr(next_pos), ptr(draft_lens), ptr(verify_lens),
                                   np.int32(ids.numel()), np.int32(block), np.int64(mask)))
 
-    def gemv(self, a, w, c, m=None, warps=None):
+    def gemv(self, a, w, c, m=None, warps=None, symbol="kern_gemv_bf16"):
         """c[m, n] = a[m, k] @ w[n, k]^T (bf16, contiguous); ``warps`` per block (default:
-        the generator's rule)."""
+        the generator's rule); ``symbol`` kern_gemv_bf16 or kern_gemv_et_bf16 (same
+        contract)."""
         m = a.shape[0] if m is None else m
         n, k = w.shape
         warps = gemv_warps(n, k) if warps is None else warps
-        f = self.fn("gemv.cubin", "kern_gemv_bf16")
+        f = self.fn("gemv.cubin", symbol)
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * warps, 1, 1),
           (ptr(a), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k)))
 

@@ -1,9 +1,9 @@
 """The cluster attention's reads before its grid-dependency wait in the machine code (CPU,
-needs nvcc): none in the build; with ``KERN_ATTN_PREWAIT=1`` (attn_decode_cluster.cu, a lever,
-docs/plan-issue-16.md session 24) the rope variants request kv_lens[t], the slot of the row
-(ptxas hoists that ``.nc`` input load too) and the first key batch — kUnroll = 4 keys a key
-group, each a page-table entry, a K row and a V row — and nothing else; the variant without
-the rope keeps waiting first."""
+needs nvcc): the rope variants request kv_lens[t], the slot of the row (ptxas hoists that
+``.nc`` input load too) and the first key batch — kUnroll = 4 keys a key group, each a
+page-table entry, a K row and a V row — and nothing else (attn_decode_cluster.cu; the lever
+KERN_ATTN_PREWAIT of session 24, the code since session 25); the variant without the rope
+waits first.  kern_gen.llama.pdl_order proves the launch order these early reads need."""
 from __future__ import annotations
 
 import sys
@@ -23,20 +23,17 @@ EARLY = 1 + 1 + 4 * 3     # kv_lens[t], slots[t], 4 x (table entry, K, V)
 
 
 @pytest.fixture(scope="module")
-def builds():
-    return {label: _own_kernels_gpu.cubin_bytes("attn_decode_cluster.cu", d)
-            for label, d in (("default", ()), ("prewait", ("KERN_ATTN_PREWAIT=1",)))}
+def cubin():
+    return _own_kernels_gpu.cubin_bytes("attn_decode_cluster.cu")
 
 
-def test_the_build_reads_nothing_before_the_wait(builds):
-    for sym in ROPE + PLAIN:
-        assert sass.pdl_facts(builds["default"], sym).waits_first, sym
-
-
-def test_the_lever_reads_the_first_key_batch_before_the_wait(builds):
+def test_the_rope_variants_read_the_first_key_batch_before_the_wait(cubin):
     for sym in ROPE:
-        f = sass.pdl_facts(builds["prewait"], sym)
+        f = sass.pdl_facts(cubin, sym)
         assert f.wait is not None and not f.waits_first and f.triggers_after_wait, sym
-        assert sass.accesses_before_wait(builds["prewait"], sym) == EARLY, sym
+        assert sass.accesses_before_wait(cubin, sym) == EARLY, sym
+
+
+def test_the_plain_variants_wait_first(cubin):
     for sym in PLAIN:
-        assert sass.pdl_facts(builds["prewait"], sym).waits_first, sym
+        assert sass.pdl_facts(cubin, sym).waits_first, sym

@@ -132,7 +132,7 @@ def test_example_steps_match_cubin_layouts(built):
             if sym in ROPE_KV_PARAMS:       # ABI.md 3d/3e, not in the example
                 assert cub.param_layout(sym) == layout(ROPE_KV_PARAMS[sym]), sym
                 continue
-            if sym in TMA_TWINS:            # ABI.md 4d/4f: the parameters of its gemv.cu kernel
+            if sym in TMA_TWINS:            # ABI.md 4, 4d/4f: the parameters of its gemv.cu kernel
                 gemv = Cubin.read(out / "gemv.cubin")
                 assert cub.param_layout(sym) == gemv.param_layout(TMA_TWINS[sym]), sym
                 continue
@@ -175,7 +175,8 @@ ROPE_KV_PARAMS = {
 
 # The fused and accumulating GEMVs (ABI.md 4a, 4b, 4c) exactly as kern-gen emits them
 # (kern_gen.llama.gemm).
-TMA_TWINS = {"kern_gemv_tma_bf16": "kern_gemv_bf16", "kern_gemv_tma_silu_bf16":
+TMA_TWINS = {"kern_gemv_et_bf16": "kern_gemv_bf16",      # ABI.md 4: its early-trigger twin
+             "kern_gemv_tma_bf16": "kern_gemv_bf16", "kern_gemv_tma_silu_bf16":
              "kern_gemv_silu_bf16", "kern_gemv_tma_split3_bf16": "kern_gemv_split3_bf16",
              **{f"kern_gemv_{v}sk{s}_bf16": f"kern_gemv_{v}bf16"
                 for s in (2, 4, 8) for v in ("", "silu_")}}

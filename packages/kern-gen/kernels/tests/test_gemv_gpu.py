@@ -1,5 +1,5 @@
-"""GPU tests of the own GEMV (``kern_gemv_bf16``, ABI.md 4): every decode / verify GEMM shape
-of the two examples at m = 1, 2, 4, 8 and odd shapes, against a float64 reference on the same
+"""GPU tests of the own GEMV (``kern_gemv_bf16`` and its early-trigger twin, ABI.md 4):
+every decode / verify GEMM shape of the two examples at m = 1, 2, 4, 8 and odd shapes, against a float64 reference on the same
 bf16 values (outputs poisoned with NaN, with a NaN guard after them that must survive), its
 error next to cuBLAS's (torch bf16 ``linear``, f32 compute as the runtime's cuBLASLt extern)
 on the same reference, bit reproducibility, every block size, row independence.
@@ -60,11 +60,11 @@ def _inputs(torch, n, k, m, seed):
     return a, w
 
 
-def _run(torch, kern, a, w, warps=None):
+def _run(torch, kern, a, w, warps=None, symbol="kern_gemv_bf16"):
     """Our C[m, n] (a view of a NaN buffer with a NaN guard after it, checked)."""
     m, n = a.shape[0], w.shape[0]
     buf = torch.full((m * n + GUARD,), float("nan"), dtype=torch.bfloat16, device="cuda")
-    kern.gemv(a, w, buf, warps=warps)
+    kern.gemv(a, w, buf, warps=warps, symbol=symbol)
     torch.cuda.synchronize()
     assert torch.isnan(buf[m * n:]).all(), "wrote past C[m, n]"
     return buf[:m * n].view(m, n)
@@ -138,6 +138,19 @@ def test_gemv_bit_reproducible(env, n, k, m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 9])
+@pytest.mark.parametrize("shape", ["qwen3 qkv", "smollm2 qkv", "qwen3 down"])
+def test_gemv_early_trigger_has_the_plain_bits(env, shape, m):
+    """kern_gemv_et_bf16 (its dependents launched right after its wait; kern-gen's choice
+    before the decode attention) computes kern_gemv_bf16's bits."""
+    torch, ok, kern = env
+    n, k = SHAPES[shape]
+    a, w = _inputs(torch, n, k, m, seed=7 * m + n)
+    assert torch.equal(_run(torch, kern, a, w, symbol="kern_gemv_et_bf16"),
+                       _run(torch, kern, a, w))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n,k", [(2560, 9728), (960, 576)])
 def test_gemv_rows_are_independent(env, n, k):
     """Row i of an m-row call has the bits of a 1-row call on row i alone (ABI.md 4: a row's
@@ -165,14 +178,14 @@ def test_gemv_reads_only_its_rows(env):
 
 # ----------------------------------------------------------- programmatic dependent launch
 
-def _pdl_launcher(torch, kern):
-    """``launch(a, w, c)``: the GEMV with programmatic stream serialization on torch's current
-    stream (None when unavailable)."""
+def _pdl_launcher(torch, kern, symbol="kern_gemv_bf16"):
+    """``launch(a, w, c)``: the GEMV ``symbol`` with programmatic stream serialization on
+    torch's current stream (None when unavailable)."""
     import _own_kernels_gpu as okg
     launch = okg.pdl_launcher()
     if launch is None:
         return None
-    fn = kern.fn("gemv.cubin", "kern_gemv_bf16")
+    fn = kern.fn("gemv.cubin", symbol)
 
     def gemv(a, w, c):
         m, (n, k) = a.shape[0], w.shape
@@ -184,14 +197,17 @@ def _pdl_launcher(torch, kern):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("first", ["kern_gemv_bf16", "kern_gemv_et_bf16"])
 @pytest.mark.parametrize("m", [1, 8])
-def test_gemv_chain_under_pdl(env, m):
+def test_gemv_chain_under_pdl(env, m, first):
     """x -> up (n 9728, k 2560) -> y -> down (n 2560, k 9728) -> z, both launched with PDL:
-    the second GEMV starts while the first still stores y (it triggers its dependents after
-    its main loop), loads its weights, and must wait for y: z has the bits of the plain
-    launches, repeated over NaN-poisoned y."""
+    the second GEMV starts while the first still computes or stores y (the first triggers
+    its dependents after its main loop, or with ``kern_gemv_et_bf16`` right after its wait),
+    loads its weights, and must wait for y: z has the bits of the plain launches, repeated
+    over NaN-poisoned y."""
     torch, ok, kern = env
     launch = _pdl_launcher(torch, kern)
+    launch_first = _pdl_launcher(torch, kern, first)
     if launch is None:
         pytest.skip("no cuLaunchKernelEx / cupy function handle")
     g = torch.Generator(device="cuda").manual_seed(m)
@@ -211,7 +227,7 @@ def test_gemv_chain_under_pdl(env, m):
         with torch.cuda.stream(stream):
             y.fill_(float("nan"))
             z.fill_(float("nan"))
-            launch(x, w1, y)
+            launch_first(x, w1, y)
             launch(y, w2, z)
         stream.synchronize()
         assert torch.equal(z, want)

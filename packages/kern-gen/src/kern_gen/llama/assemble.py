@@ -39,7 +39,7 @@ from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITION
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
-from .pdl_order import order_problems
+from .pdl_order import early_triggers, order_problems
 from kern_manifest.contract import PAGE_TOKENS
 
 
@@ -232,6 +232,7 @@ class Assembler:
             progs[prog.name] = {"dispatches": disp}
             for d in disp:
                 self.dispatch_counts.setdefault(d["kernel"], [0] * len(programs))[i] += 1
+        self._trigger_early(progs)
         # every pdl step's code was read by pdl(); pdl_order asks only for those
         problems = order_problems(progs, self.kernels, self.state_first,
                                   lambda f, s: self._facts[(f, s)])
@@ -247,6 +248,25 @@ class Assembler:
             "kernels": self.kernels,
             "programs": progs,
         }
+
+    def _trigger_early(self, progs: dict[str, Any]) -> None:
+        """The plain GEMV kernels right before a step that reads before its wait get
+        ``kern_gemv_et_bf16`` (:func:`.pdl_order.early_triggers`): same params and bits."""
+        file, et = G.GEMV_CUBIN, G.GEMV_ET_SYMBOL
+        for name in sorted(early_triggers(progs, self.kernels, self.state_first,
+                                          lambda f, s: self._facts[(f, s)],
+                                          (file, G.GEMV_SYMBOL))):
+            st = self.kernels[name]["impl"]["steps"][0]
+            new = self.own_step(file, et, weights_first=True,
+                                **{k: v for k, v in st.items()
+                                   if k not in ("symbol", "cubin", "sha256", "pdl")})
+            if not new.get("pdl"):
+                raise WiringError(f"kernel `{name}`: `{et}` ({file}) does not wait on the "
+                                  f"grid dependency before its first access")
+            self.kernels[name] = {**self.kernels[name], "impl": {"steps": [new]}}
+            self.sources[name] = self.sources[name].replace(
+                f"`{G.GEMV_SYMBOL}`", f"`{et}` (dependents launched right after its wait: "
+                f"the next step reads before its own)")
 
     def _inputs(self) -> None:
         """The caller contract's inputs and their domains, which the runtime checks on every

@@ -46,6 +46,9 @@ ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS}
 """``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``."""
 DEFAULT_ACC = "gemv"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
+GEMV_ET_SYMBOL = "kern_gemv_et_bf16"
+"""``GEMV_SYMBOL`` with its dependents launched right after its wait: the assembler's choice
+for a GEMV right before a step that reads before its own wait (:mod:`.pdl_order`)."""
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
 """``[a, w, c0, c1, c2, m, n0, n1, n2, k]``: the q/k/v GEMV of :mod:`.fuse` (ABI.md 4b)."""

@@ -16,7 +16,14 @@ step before it must have completed.  The latter holds when the predecessor
 Anything else — a predecessor that touches the state or triggers before its wait, an extern
 step (no code to read), or no predecessor in the program (the step would rely on the previous program's last
 kernel) — is refused with the place named.  A ``state_first`` step whose code waits first
-(the switch off: nothing read early) needs none of this and is not checked."""
+(the switch off: nothing read early) needs none of this and is not checked.
+
+Such a step gains only if its predecessor lets it launch early.  :func:`early_triggers`
+names the GEMV kernels that precede one, so the assembler gives them gemv.cu's
+``kern_gemv_et_bf16`` (same bits, its trigger right after its wait instead of after its main
+loop); every other GEMV keeps the late trigger (all GEMVs early slowed the DSpark round,
+docs/measurements.md, session 25).  The early trigger is still after the wait, so the rule
+above holds for it."""
 
 from __future__ import annotations
 
@@ -69,3 +76,25 @@ def _unsafe(prev: tuple[str, dict, dict] | None, facts: Facts) -> str | None:
         return (f"its predecessor {where} `{p['symbol']}` lets dependents launch before its "
                 f"own wait (PREEXIT before ACQBULK)")
     return None
+
+
+def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
+                   state_first: set[tuple[str, str]], facts: Facts,
+                   gemv: tuple[str, str]) -> set[str]:
+    """The kernels (by name) with a one-step ``gemv`` (cubin, symbol) impl launched with PDL
+    right before a ``pdl`` step of ``state_first`` that reads before its wait, in any program."""
+    names: set[str] = set()
+    for program in programs.values():
+        prev: tuple[str, dict, dict] | None = None
+        for where, s, d in _steps(program, kernels):
+            key = (s.get("cubin"), s["symbol"])
+            if (prev is not None and s.get("pdl") and key in state_first
+                    and not facts(*key).waits_first):
+                _, p, pd = prev
+                steps = kernels[pd["kernel"]]["impl"]["steps"]
+                if (p.get("pdl") and len(steps) == 1
+                        and (p.get("cubin"), p["symbol"]) == gemv):
+                    names.add(pd["kernel"])
+            prev = (where, s, d)
+    return names
+
