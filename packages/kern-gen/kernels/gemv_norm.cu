@@ -201,8 +201,9 @@ kern_gemv_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ g,
 }
 
 // ABI.md 4e: the normed f32 residual r (sum of squares from p partials) in the prologue,
-// then kern_gemv_bf16 (Silu: kern_gemv_silu_bf16, w = [gate; up] rows).
-template <bool Silu>
+// then kern_gemv_bf16 (Silu: kern_gemv_silu_bf16, w = [gate; up] rows).  kEarly: dependents
+// launched right after the wait (kern_gemv_rnorm_et_bf16, gemv.cu kern_gemv_et_bf16's twin).
+template <bool Silu, bool kEarly = false>
 __device__ __forceinline__ void gemv_rnorm(const float* r, const float* parts,
                                            const __nv_bfloat16* __restrict__ g,
                                            const __nv_bfloat16* __restrict__ w,
@@ -223,7 +224,7 @@ __device__ __forceinline__ void gemv_rnorm(const float* r, const float* parts,
         store_silu(red, c, m, n, m0, n0);
     } else {
         const int base[1] = {n0}, lim[1] = {n};
-        gemv_tiles<1>(xs, w, m, k, base, lim, m0, red, pro);
+        gemv_tiles<1, RNormPrologue, kEarly>(xs, w, m, k, base, lim, m0, red, pro);
         store_plain(red, c, m, n, m0, n0);
     }
 }
@@ -233,6 +234,16 @@ kern_gemv_rnorm_bf16(const float* r, const float* parts, const __nv_bfloat16* __
                      const __nv_bfloat16* __restrict__ w, __nv_bfloat16* c, int m, int n,
                      int k, int p, float eps) {
     gemv_rnorm<false>(r, parts, g, w, c, m, n, k, p, eps);
+}
+
+// kern_gemv_rnorm_bf16's contract and bits, its dependents launched right after its wait:
+// kern-gen's choice right before a step that reads before its own wait (the decode attention
+// under --fuse-norm; kern_gen/llama/pdl_order.py early_triggers).
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_rnorm_et_bf16(const float* r, const float* parts, const __nv_bfloat16* __restrict__ g,
+                        const __nv_bfloat16* __restrict__ w, __nv_bfloat16* c, int m, int n,
+                        int k, int p, float eps) {
+    gemv_rnorm<false, true>(r, parts, g, w, c, m, n, k, p, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)

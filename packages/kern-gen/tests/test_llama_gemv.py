@@ -213,6 +213,10 @@ def test_norm_gemvs_follow_the_abi(variants, name, built):
     from kern_gen.llama.gemm import NORM_PARAMS, RES_PARAMS, RNORM_PARAMS
     sha = hashlib.sha256(built["gemv_norm.cubin"]).hexdigest()
     counts: dict[str, int] = {}
+    disp = normed["programs"]["decode"]["dispatches"]
+    # the qkv GEMVs before the attention, which reads before its wait: the early twin (4e)
+    early = {d["kernel"] for d, nxt in zip(disp, disp[1:])
+             if nxt["kernel"] == "decode.rope_attention"}
     for k in b:
         m = re.fullmatch(r"decode\.gemm_(norm|rnorm|rnorm_silu|res)\.(\d+)x(\d+)", k)
         if not m:
@@ -222,13 +226,15 @@ def test_norm_gemvs_follow_the_abi(variants, name, built):
         params = {"norm": NORM_PARAMS, "res": RES_PARAMS}.get(kind, RNORM_PARAMS)
         (st,) = normed["kernels"][k]["impl"]["steps"]
         assert normed["kernels"][k]["params"] == st["params"] == params
-        assert st == {"symbol": f"kern_gemv_{kind}_bf16", "cubin": "gemv_norm.cubin",
+        symbol = f"kern_gemv_{kind}{'_et' if kind == 'rnorm' and k in early else ''}_bf16"
+        assert st == {"symbol": symbol, "cubin": "gemv_norm.cubin",
                       "sha256": sha, "params": params,
                       "block": [32 * gemv_warps(2 * n if kind == "rnorm_silu" else n, kk), 1, 1],
                       "grid": [-(-n // GEMV_COLS), 1, 1], "pdl": True,
                       "args": [{"arg": i} for i in range(len(params))]}, k
     assert counts == {"norm": 1, "rnorm": n_layers, "rnorm_silu": n_layers,
                       "res": 2 * n_layers}
+    assert any(k.startswith("decode.gemm_rnorm.") for k in early), early
 
 
 def test_abi_example_gemv_step_is_the_generators():

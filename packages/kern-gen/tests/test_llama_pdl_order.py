@@ -26,6 +26,7 @@ FACTS = {
     ("gemv.cubin", "kern_gemv_bf16"): sass.PdlFacts(3, (1, "LDG"), True, 50),
 }
 GEMV = ("gemv.cubin", "kern_gemv_bf16")
+TWINS = {GEMV: "kern_gemv_et_bf16"}
 
 
 def facts(file, symbol):
@@ -97,11 +98,11 @@ def early(prev, reader=EARLY, extra_step=False):
     if extra_step:
         kernels["p"]["impl"]["steps"].append(dict(prev))
     return early_triggers(programs, kernels, {EARLY, ("attn.cubin", "waits_first")}, facts,
-                          GEMV)
+                          TWINS)
 
 
 def test_the_plain_gemv_before_an_early_reader_is_named():
-    assert early({"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}) == {"p"}
+    assert early({"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}) == {"p": TWINS[GEMV]}
 
 
 @pytest.mark.parametrize("prev, reader, extra", [
@@ -112,7 +113,7 @@ def test_the_plain_gemv_before_an_early_reader_is_named():
     (None, EARLY, False),
 ], ids=["reader-waits-first", "gemv-without-pdl", "other-kernel", "two-steps", "first"])
 def test_no_other_kernel_is_named(prev, reader, extra):
-    assert early(prev, reader, extra) == set()
+    assert early(prev, reader, extra) == {}
 
 
 @pytest.mark.parametrize("example", ["smollm2-135m", "qwen3-4b", "smollm2-135m-dspark",

@@ -230,13 +230,14 @@ class Kernels:
           (ptr(x), ptr(g), ptr(xo), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
            np.float32(eps)))
 
-    def gemv_rnorm(self, r, parts, g, w, c, eps, silu=False):
+    def gemv_rnorm(self, r, parts, g, w, c, eps, silu=False, early=False):
         """c = gemv(rmsnorm(r) * g) with the sum of squares from ``parts`` [m, p] (ABI.md
-        4e); ``silu``: w [2n, k] and the SiLU·mul epilogue."""
+        4e); ``silu``: w [2n, k] and the SiLU·mul epilogue; ``early``: the early-trigger
+        twin ``kern_gemv_rnorm_et_bf16`` (not with ``silu``)."""
         m, (rows_w, k), p = r.shape[0], w.shape, parts.shape[1]
         n = rows_w // 2 if silu else rows_w
-        f = self.fn("gemv_norm.cubin",
-                    "kern_gemv_rnorm_silu_bf16" if silu else "kern_gemv_rnorm_bf16")
+        f = self.fn("gemv_norm.cubin", "kern_gemv_rnorm_silu_bf16" if silu else
+                    "kern_gemv_rnorm_et_bf16" if early else "kern_gemv_rnorm_bf16")
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(rows_w, k), 1, 1),
           (ptr(r), ptr(parts), ptr(g), ptr(w), ptr(c), np.int32(m), np.int32(n), np.int32(k),
            np.int32(p), np.float32(eps)))

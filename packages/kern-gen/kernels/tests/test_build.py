@@ -194,6 +194,9 @@ FUSED_GEMV_PARAMS = {
     "kern_gemv_rnorm_bf16": ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>",
                              "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32",
                              "f32"],
+    "kern_gemv_rnorm_et_bf16": ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>",
+                                "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32", "i32",
+                                "f32"],
     "kern_gemv_rnorm_silu_bf16": ["in buffer<f32>", "in buffer<f32>", "in buffer<bf16>",
                                   "in buffer<bf16>", "out buffer<bf16>", "i32", "i32", "i32",
                                   "i32", "f32"],
@@ -211,6 +214,7 @@ def test_fused_gemv_params_are_documented_and_the_generators():
                                  "kern_gemv_acc_bf16": gemm.ACC_PARAMS,
                                  "kern_gemv_norm_bf16": gemm.NORM_PARAMS,
                                  "kern_gemv_rnorm_bf16": gemm.RNORM_PARAMS,
+                                 "kern_gemv_rnorm_et_bf16": gemm.RNORM_PARAMS,
                                  "kern_gemv_rnorm_silu_bf16": gemm.RNORM_PARAMS,
                                  "kern_gemv_res_bf16": gemm.RES_PARAMS}
     for params in FUSED_GEMV_PARAMS.values():

@@ -152,6 +152,27 @@ def test_rnorm_gemv_is_the_plain_gemv_of_the_normed_rows(env, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 9])
+def test_the_early_trigger_twin_has_the_same_bits(env, m):
+    """kern_gemv_rnorm_et_bf16 (dependents launched right after its wait; kern-gen's choice
+    before the decode attention under --fuse-norm) computes kern_gemv_rnorm_bf16's bits."""
+    torch, ok, kern = env
+    n, k, eps = AFTER["qwen3 qkv"] if m == 1 else AFTER["smollm2 qkv"]
+    r = _rand(torch, (m, k), 11 + m, 3.0)
+    parts = _parts(torch, r).contiguous()
+    g = (1 + _rand(torch, (k,), 12, 0.2)).to(torch.bfloat16)
+    w = _rand(torch, (n, k), 13, 0.05).to(torch.bfloat16)
+    got = {}
+    for early in (False, True):
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kern.gemv_rnorm(r, parts, g, w, c, eps, early=early)
+        torch.cuda.synchronize()
+        got[early] = c
+    assert not torch.isnan(got[False]).any()
+    assert torch.equal(got[True], got[False])
+
+
+@pytest.mark.gpu
 def test_reproducible_and_rows_independent(env):
     torch, ok, kern = env
     n, k, eps = AFTER["smollm2 qkv"]

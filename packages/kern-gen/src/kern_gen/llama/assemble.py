@@ -250,22 +250,21 @@ class Assembler:
         }
 
     def _trigger_early(self, progs: dict[str, Any]) -> None:
-        """The plain GEMV kernels right before a step that reads before its wait get
-        ``kern_gemv_et_bf16`` (:func:`.pdl_order.early_triggers`): same params and bits."""
-        file, et = G.GEMV_CUBIN, G.GEMV_ET_SYMBOL
-        for name in sorted(early_triggers(progs, self.kernels, self.state_first,
-                                          lambda f, s: self._facts[(f, s)],
-                                          (file, G.GEMV_SYMBOL))):
+        """The GEMV kernels right before a step that reads before its wait launch their
+        early-trigger twin (:func:`.pdl_order.early_triggers`): same params and bits."""
+        twins = early_triggers(progs, self.kernels, self.state_first,
+                               lambda f, s: self._facts[(f, s)], G.EARLY_TWINS)
+        for name, twin in sorted(twins.items()):
             st = self.kernels[name]["impl"]["steps"][0]
-            new = self.own_step(file, et, weights_first=True,
+            new = self.own_step(st["cubin"], twin, weights_first=True,
                                 **{k: v for k, v in st.items()
                                    if k not in ("symbol", "cubin", "sha256", "pdl")})
             if not new.get("pdl"):
-                raise WiringError(f"kernel `{name}`: `{et}` ({file}) does not wait on the "
-                                  f"grid dependency before its first access")
+                raise WiringError(f"kernel `{name}`: `{twin}` ({st['cubin']}) does not wait "
+                                  f"on the grid dependency before its first access")
             self.kernels[name] = {**self.kernels[name], "impl": {"steps": [new]}}
             self.sources[name] = self.sources[name].replace(
-                f"`{G.GEMV_SYMBOL}`", f"`{et}` (dependents launched right after its wait: "
+                f"`{st['symbol']}`", f"`{twin}` (dependents launched right after its wait: "
                 f"the next step reads before its own)")
 
     def _inputs(self) -> None:

@@ -19,9 +19,9 @@ kernel) — is refused with the place named.  A ``state_first`` step whose code 
 (the switch off: nothing read early) needs none of this and is not checked.
 
 Such a step gains only if its predecessor lets it launch early.  :func:`early_triggers`
-names the GEMV kernels that precede one, so the assembler gives them gemv.cu's
-``kern_gemv_et_bf16`` (same bits, its trigger right after its wait instead of after its main
-loop); every other GEMV keeps the late trigger (all GEMVs early slowed the DSpark round,
+names the GEMV kernels that precede one, so the assembler gives them their early twin
+(gemv.cu's ``kern_gemv_et_bf16``, gemv_norm.cu's ``kern_gemv_rnorm_et_bf16``: same bits, the
+trigger right after the wait instead of after the main loop); every other GEMV keeps the late trigger (all GEMVs early slowed the DSpark round,
 docs/measurements.md, session 25).  The early trigger is still after the wait, so the rule
 above holds for it."""
 
@@ -80,10 +80,11 @@ def _unsafe(prev: tuple[str, dict, dict] | None, facts: Facts) -> str | None:
 
 def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
                    state_first: set[tuple[str, str]], facts: Facts,
-                   gemv: tuple[str, str]) -> set[str]:
-    """The kernels (by name) with a one-step ``gemv`` (cubin, symbol) impl launched with PDL
-    right before a ``pdl`` step of ``state_first`` that reads before its wait, in any program."""
-    names: set[str] = set()
+                   twins: dict[tuple[str, str], str]) -> dict[str, str]:
+    """Kernel name -> the symbol it should launch instead: every kernel whose one step is a
+    (cubin, symbol) of ``twins``, launched with PDL right before a ``pdl`` step of
+    ``state_first`` that reads before its wait, in any program."""
+    names: dict[str, str] = {}
     for program in programs.values():
         prev: tuple[str, dict, dict] | None = None
         for where, s, d in _steps(program, kernels):
@@ -92,9 +93,8 @@ def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
                     and not facts(*key).waits_first):
                 _, p, pd = prev
                 steps = kernels[pd["kernel"]]["impl"]["steps"]
-                if (p.get("pdl") and len(steps) == 1
-                        and (p.get("cubin"), p["symbol"]) == gemv):
-                    names.add(pd["kernel"])
+                twin = twins.get((p.get("cubin"), p["symbol"]))
+                if p.get("pdl") and len(steps) == 1 and twin is not None:
+                    names[pd["kernel"]] = twin
             prev = (where, s, d)
     return names
-
