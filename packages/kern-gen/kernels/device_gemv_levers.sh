@@ -27,8 +27,10 @@
 #           examples/smollm2-135m examples/qwen3-4b | tar -x -C lev_old`; untracked, so it
 #           travels with the tree), both models, PDL off/on, tokens compared -> $OUT/adopted*.txt
 #   fusenorm  kern-gen --fuse-norm (the RMSNorms split between the GEMVs around them, ABI.md
-#           4e; slower in session 20, before the GEMVs prefetched their first W batch) against
-#           the examples on both models, PDL off/on, tokens compared  -> $OUT/fusenorm.txt
+#           4e; slower in session 20; in session 25 SmolLM2 0.502 vs 0.559 with every GEMV
+#           triggering early, Qwen3 slower; since 3269c77 only its qkv GEMV,
+#           kern_gemv_rnorm_et_bf16, triggers early) against the examples on both models, PDL
+#           off/on, tokens compared                                  -> $OUT/fusenorm.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
