@@ -18,12 +18,12 @@ KERNELS = ROOT / "examples" / "smollm2-135m" / "kernels"
 
 EARLY = ("attn.cubin", "reader")          # reads before its wait
 FACTS = {
-    EARLY: sass.PdlFacts(wait=5, first_access=(1, "LDG"), trigger=True, trigger_at=40),
-    ("gemv.cubin", "late_trigger"): sass.PdlFacts(3, (4, "LDG"), True, 50),
-    ("gemv.cubin", "early_trigger"): sass.PdlFacts(9, (10, "LDG"), True, 2),
-    ("gemv.cubin", "no_trigger"): sass.PdlFacts(3, (4, "LDG"), False, None),
-    ("attn.cubin", "waits_first"): sass.PdlFacts(0, (1, "LDG"), True, 30),
-    ("gemv.cubin", "kern_gemv_bf16"): sass.PdlFacts(3, (1, "LDG"), True, 50),
+    EARLY: sass.PdlFacts(wait=5, first_access=(1, "LDG"), trigger_at=40),
+    ("gemv.cubin", "late_trigger"): sass.PdlFacts(3, (4, "LDG"), 50),
+    ("gemv.cubin", "early_trigger"): sass.PdlFacts(9, (10, "LDG"), 2),
+    ("gemv.cubin", "no_trigger"): sass.PdlFacts(3, (4, "LDG"), None),
+    ("attn.cubin", "waits_first"): sass.PdlFacts(0, (1, "LDG"), 30),
+    ("gemv.cubin", "kern_gemv_bf16"): sass.PdlFacts(3, (1, "LDG"), 50),
 }
 GEMV = ("gemv.cubin", "kern_gemv_bf16")
 TWINS = {GEMV: "kern_gemv_et_bf16"}

@@ -88,8 +88,8 @@ def rope_attention(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str,
     iface = ROPE_IFACE[norm]
     t = {"sym": "tokens"} if rows == TOK else {"i32": rows}
     symbol = f"kern_attn_decode_cluster_rope{'_norm' if norm else ''}_bf16_d{D}"
-    # state_first: under KERN_ATTN_PREWAIT the kernel reads kv_lens, the table and old K/V
-    # rows before its wait (kernels/attn_decode_cluster.cu); pdl_order checks the launch order
+    # state_first: the kernel reads kv_lens, the table and old K/V rows before its wait
+    # (kernels/attn_decode_cluster.cu); pdl_order checks the launch order
     step = asm.own_step(
         "attn_decode_cluster.cubin", symbol, state_first=True, params=ROPE_PARAMS[norm],
         block=[CLUSTER_THREADS, 1, 1], grid=[KVH, CLUSTER_SPLITS, rows],

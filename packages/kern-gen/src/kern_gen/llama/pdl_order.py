@@ -2,7 +2,7 @@
 
 A ``state_first`` step (:meth:`.assemble.Assembler.own_step`) may read, before
 ``griddepcontrol.wait``, inputs and state that earlier programs or launches wrote — the
-cluster attention's ``kv_lens``, page table and old K/V rows under ``KERN_ATTN_PREWAIT``
+cluster rope attention's ``kv_lens``, page table and old K/V rows
 (kernels/attn_decode_cluster.cu).  With PDL such a step starts when its immediate
 predecessor triggers; what it reads early must then be complete: the predecessor must not
 touch the state (no ``state`` argument in its dispatch; inputs no kernel writes), and every
@@ -14,16 +14,16 @@ step before it must have completed.  The latter holds when the predecessor
   one did the same (a PDL step always waits), so by induction every earlier step has.
 
 Anything else — a predecessor that touches the state or triggers before its wait, an extern
-step (no code to read), or no predecessor in the program (the step would rely on the previous program's last
-kernel) — is refused with the place named.  A ``state_first`` step whose code waits first
-(the switch off: nothing read early) needs none of this and is not checked.
+step (no code to read), or no predecessor in the program (the step would rely on the
+previous program's last kernel) — is refused with the place named.  A ``state_first`` step
+whose code waits first (nothing read early) needs none of this and is not checked.
 
 Such a step gains only if its predecessor lets it launch early.  :func:`early_triggers`
 names the GEMV kernels that precede one, so the assembler gives them their early twin
-(gemv.cu's ``kern_gemv_et_bf16``, gemv_norm.cu's ``kern_gemv_rnorm_et_bf16``: same bits, the
-trigger right after the wait instead of after the main loop); every other GEMV keeps the late trigger (all GEMVs early slowed the DSpark round,
-docs/measurements.md, session 25).  The early trigger is still after the wait, so the rule
-above holds for it."""
+(gemv.cu's ``kern_gemv_et_bf16``, gemv_norm.cu's ``kern_gemv_rnorm_et_bf16``: same bits,
+the trigger right after the wait instead of after the main loop); every other GEMV keeps
+the late trigger (all GEMVs early slowed the DSpark round, docs/measurements.md, session
+25).  The early trigger is still after the wait, so the rule above holds for it."""
 
 from __future__ import annotations
 
@@ -44,21 +44,31 @@ def _steps(program: dict[str, Any],
             yield f"dispatches[{i}] (kernel `{d['kernel']}`) step {j}", s, d
 
 
-def order_problems(programs: dict[str, Any], kernels: dict[str, Any],
-                   state_first: set[tuple[str, str]], facts: Facts) -> list[str]:
-    """One line per ``pdl`` step of ``state_first`` (cubin, symbol) that reads before its
-    wait with a predecessor that does not prove every earlier step complete."""
-    problems = []
+def _early_readers(programs: dict[str, Any], kernels: dict[str, Any],
+                   state_first: set[tuple[str, str]], facts: Facts
+                   ) -> Iterable[tuple[str, str, dict, tuple[str, dict, dict] | None]]:
+    """(program, JSON path, step, its predecessor or None) of every ``pdl`` step of
+    ``state_first`` whose code reads before its wait; a predecessor is (path, step,
+    dispatch)."""
     for name, program in programs.items():
         prev: tuple[str, dict, dict] | None = None
         for where, s, d in _steps(program, kernels):
             key = (s.get("cubin"), s["symbol"])
             if s.get("pdl") and key in state_first and not facts(*key).waits_first:
-                why = _unsafe(prev, facts)
-                if why:
-                    problems.append(f"programs.{name}.{where}: `{s['symbol']}` reads inputs "
-                                    f"or state before its grid-dependency wait, but {why}")
+                yield name, where, s, prev
             prev = (where, s, d)
+
+
+def order_problems(programs: dict[str, Any], kernels: dict[str, Any],
+                   state_first: set[tuple[str, str]], facts: Facts) -> list[str]:
+    """One line per ``pdl`` step of ``state_first`` (cubin, symbol) that reads before its
+    wait with a predecessor that does not prove every earlier step complete."""
+    problems = []
+    for name, where, s, prev in _early_readers(programs, kernels, state_first, facts):
+        why = _unsafe(prev, facts)
+        if why:
+            problems.append(f"programs.{name}.{where}: `{s['symbol']}` reads inputs "
+                            f"or state before its grid-dependency wait, but {why}")
     return problems
 
 
@@ -85,16 +95,11 @@ def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
     (cubin, symbol) of ``twins``, launched with PDL right before a ``pdl`` step of
     ``state_first`` that reads before its wait, in any program."""
     names: dict[str, str] = {}
-    for program in programs.values():
-        prev: tuple[str, dict, dict] | None = None
-        for where, s, d in _steps(program, kernels):
-            key = (s.get("cubin"), s["symbol"])
-            if (prev is not None and s.get("pdl") and key in state_first
-                    and not facts(*key).waits_first):
-                _, p, pd = prev
-                steps = kernels[pd["kernel"]]["impl"]["steps"]
-                twin = twins.get((p.get("cubin"), p["symbol"]))
-                if p.get("pdl") and len(steps) == 1 and twin is not None:
-                    names[pd["kernel"]] = twin
-            prev = (where, s, d)
+    for _, _, _, prev in _early_readers(programs, kernels, state_first, facts):
+        if prev is None:
+            continue
+        _, p, pd = prev
+        twin = twins.get((p.get("cubin"), p["symbol"]))
+        if p.get("pdl") and len(kernels[pd["kernel"]]["impl"]["steps"]) == 1 and twin:
+            names[pd["kernel"]] = twin
     return names

@@ -49,14 +49,17 @@ class PdlFacts:
     """What one function's code says about PDL.
 
     ``wait``: index of the first unconditional ACQBULK (None: none); ``first_access``:
-    index and name of the first global memory instruction (None: none); ``trigger``: the
-    code has a PREEXIT (it lets its dependents launch early); ``trigger_at``: the first
-    PREEXIT's index (None: none)."""
+    index and name of the first global memory instruction (None: none); ``trigger_at``: the
+    first PREEXIT's index (None: none)."""
 
     wait: int | None
     first_access: tuple[int, str] | None
-    trigger: bool
     trigger_at: int | None = None
+
+    @property
+    def trigger(self) -> bool:
+        """The code has a PREEXIT (it lets its dependents launch before it ends)."""
+        return self.trigger_at is not None
 
     @property
     def triggers_after_wait(self) -> bool:
@@ -114,7 +117,7 @@ def pdl_facts(cubin: bytes, symbol: str) -> PdlFacts:
             trigger_at = i
         elif op in GLOBAL_MEMORY and access is None:
             access = (i, GLOBAL_MEMORY[op])
-    return PdlFacts(wait, access, trigger_at is not None, trigger_at)
+    return PdlFacts(wait, access, trigger_at)
 
 
 def pdl_wait(cubin: bytes, symbol: str, *, weights_first: bool = False) -> bool:
