@@ -58,6 +58,10 @@ __device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
 // and keep the plain one (124 registers).
 #define KERN_GEMV_BOUNDS_T1 __launch_bounds__(kMaxWarps * 32, 2)
 
+#ifndef KERN_GEMV_PREFETCH
+#define KERN_GEMV_PREFETCH 0
+#endif
+
 // 16 bytes of A (written by the previous kernel: a coherent load, issued only after
 // griddepcontrol.wait; volatile keeps it there), zeros when !ok.
 __device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
@@ -149,6 +153,25 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
             wh[t][u] = ld_w_first(whi[t] + off, ok && hi_ok[t]);
         }
     }
+#if KERN_GEMV_PREFETCH > 0
+    // Lever (session 26, a hypothesis under test): the next KERN_GEMV_PREFETCH batches of W
+    // asked into L2 before the wait, so the loads after it (issued only once A has arrived
+    // and the first batch is multiplied) hit L2 instead of HBM.  W is never written: safe
+    // before the wait.  Not in the default build (KERN_GEMV_PREFETCH 0).
+#pragma unroll
+    for (int b = 1; b <= KERN_GEMV_PREFETCH; ++b) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int off = (s0 + (b * kUnroll + u) * nw) * kStep;
+            const bool ok = off + 8 * t4 < k;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                if (ok && lo_ok[t]) asm volatile("prefetch.global.L2 [%0];" :: "l"(wlo[t] + off));
+                if (ok && hi_ok[t]) asm volatile("prefetch.global.L2 [%0];" :: "l"(whi[t] + off));
+            }
+        }
+    }
+#endif
     norm.before_wait();
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;");
