@@ -58,7 +58,9 @@ shape 3.644 ms/token against 3.641 with the captured norms; the GEMVs alone 3.27
 73 launches saved cost about what they cost.  (An earlier form that did the whole norm in the
 next GEMV's prologue was slower on the H200: 2.972 vs 2.947, SmolLM2 0.714 vs 0.700.)  More
 accurate though: Qwen3 teacher-forced median error vs fp32 0.0258 (c9) against 0.0274 for the
-captured norms (session 7's figure, not rerun in session 20)."""
+captured norms (session 7's figure, not rerun in session 20).  Re-measured on the H200 in
+session 26 (same process, PDL on): SmolLM2 0.528 vs 0.518, Qwen3-4B shape 3.032 vs 2.635
+(GEMVs alone 2.808 vs 2.209)."""
 FUSED_KIND = {"gemm": "gemm_rnorm", "gemm_silu": "gemm_rnorm_silu"}
 """The GEMV after norm ``t > 0`` -> the fused op's kind (norm 0: ``gemm_norm``)."""
 PROGRAMS = frozenset({"decode"})
