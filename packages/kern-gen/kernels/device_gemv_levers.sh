@@ -33,8 +33,9 @@
 #           off/on, tokens compared                                  -> $OUT/fusenorm.txt
 #   prefetch  session 26's lever: -D KERN_GEMV_PREFETCH=1 and =3 (gemv_core.cuh: the next 1 or 3
 #           W batches asked into L2 before the wait): the plain GEMV GPU tests on each build,
-#           bench_gemv_splitk.py on each, then kern-run bench of both models with both levers
-#           (variant_lever.py), PDL off/on, tokens compared          -> $OUT/prefetch*.txt
+#           bench_gemv_splitk.py on the build as is and pf1, then kern-run bench of both
+#           models with both levers (variant_lever.py), PDL off/on, tokens compared
+#                                                                     -> $OUT/prefetch*.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -101,30 +102,33 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:fusenorm=/tmp/lev/llama-fusenorm --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:fusenorm=/tmp/lev/qwen3-fusenorm --no-baseline > "$OUT/fusenorm.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/fusenorm.txt" | tail -16 ;;
-    prefetch)
-      for n in 1 3; do     # the builds and lever folders in parallel (~1 min)
+    prefetch)   # the most telling first (a short device budget): µs per shape, then end to end
+      for n in 1 3; do     # the builds and lever folders in the background (~1 min)
         [ -f /tmp/own_pf$n/gemv.cubin ] || python3 $KD/build.py /tmp/own_pf$n -D KERN_GEMV_PREFETCH=$n \
           > "$OUT/prefetch_build_pf$n.txt" 2>&1 &
         lev llama-pf$n python3 $KD/variant_lever.py /tmp/lev/llama-pf$n --preset llama -D KERN_GEMV_PREFETCH=$n &
         lev qwen3-pf$n python3 $KD/variant_lever.py /tmp/lev/qwen3-pf$n --preset qwen3 -D KERN_GEMV_PREFETCH=$n &
       done
+      timeout 100 python3 $KD/bench_gemv_splitk.py /tmp/own > "$OUT/prefetch_kbench_pf0.txt" 2>&1 || rc=1
       wait
-      for n in 1 3; do
-        KERN_KERNELS_CUBINS=/tmp/own_pf$n timeout 120 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
-          > "$OUT/prefetch_tests_pf$n.txt" 2>&1 || rc=1
-        echo "pf$n tests: $(tail -n 1 "$OUT/prefetch_tests_pf$n.txt")"
-      done
+      timeout 100 python3 $KD/bench_gemv_splitk.py /tmp/own_pf1 > "$OUT/prefetch_kbench_pf1.txt" 2>&1 || rc=1
       for n in 0 1; do     # (pf3 only end to end: the device budget)
-        timeout 100 python3 $KD/bench_gemv_splitk.py $([ $n = 0 ] && echo /tmp/own || echo /tmp/own_pf$n) \
-          > "$OUT/prefetch_kbench_pf$n.txt" 2>&1 || rc=1
         echo "pf$n (0 = the build as is):"; sed -n '/== qwen3, m = 1/,/step GEMMs, plain/p' "$OUT/prefetch_kbench_pf$n.txt"
         grep "step GEMMs, plain" "$OUT/prefetch_kbench_pf$n.txt"
       done
-      timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:pf1=/tmp/lev/llama-pf1 --lever smollm2:pf3=/tmp/lev/llama-pf3 --case qwen3 \
-        --qwen3 examples/qwen3-4b --lever qwen3:pf1=/tmp/lev/qwen3-pf1 --lever qwen3:pf3=/tmp/lev/qwen3-pf3 \
-        --no-baseline > "$OUT/prefetch_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/prefetch_bench.txt" | grep -v shards | tail -18 ;;
+      timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:pf1=/tmp/lev/qwen3-pf1 --lever qwen3:pf3=/tmp/lev/qwen3-pf3 \
+        --no-baseline > "$OUT/prefetch_bench_qwen3.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/prefetch_bench_qwen3.txt" | grep -v shards | tail -12
+      for n in 1 3; do
+        KERN_KERNELS_CUBINS=/tmp/own_pf$n timeout 60 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
+          > "$OUT/prefetch_tests_pf$n.txt" 2>&1 || rc=1
+        echo "pf$n tests: $(tail -n 1 "$OUT/prefetch_tests_pf$n.txt")"
+      done
+      timeout 150 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:pf1=/tmp/lev/llama-pf1 --lever smollm2:pf3=/tmp/lev/llama-pf3 \
+        --no-baseline > "$OUT/prefetch_bench_smollm2.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/prefetch_bench_smollm2.txt" | grep -v shards | tail -10 ;;
     shipped)   # the examples as shipped (after the prewait GEMV became the code, session 24)
       KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K \
         > "$OUT/kernels_gpu.log" 2>&1 || rc=1
