@@ -6,6 +6,7 @@ while the previous kernel ran (docs/plan-issue-16.md, session 23).  This pins th
 (gemv_core.cuh ``ld_w_first``) against a compiler or source change that undoes it."""
 from __future__ import annotations
 
+import struct
 import sys
 from pathlib import Path
 
@@ -32,3 +33,31 @@ def test_the_first_batch_and_nothing_else_is_requested_before_the_wait(builds, s
     for sym, tiles in SYMBOLS[src].items():
         assert sass.pdl_facts(builds[src], sym).wait is not None, sym
         assert sass.accesses_before_wait(builds[src], sym) == 8 * tiles, sym
+
+
+CCTL = 0x98F
+"""SASS CCTL: ``prefetch.global.L2`` compiles to ``CCTL.E.PF2`` (a cache hint, not a data
+access, so :func:`sass.accesses_before_wait` does not count it)."""
+
+
+def _before_wait(cubin: bytes, symbol: str, opcode: int) -> int:
+    code = sass.function_code(cubin, symbol)
+    n = 0
+    for i in range(len(code) // 16):
+        lo = struct.unpack_from("<Q", code, 16 * i)[0]
+        if lo & 0xFFF == sass.ACQBULK and (lo >> 12) & 0xF == 0x7:
+            return n
+        n += lo & 0xFFF == opcode
+    raise AssertionError(f"{symbol}: no unconditional wait")
+
+
+@pytest.mark.parametrize("batches", [0, 1])
+def test_the_prefetch_lever_asks_its_batches_into_l2_before_the_wait(batches):
+    """``-D KERN_GEMV_PREFETCH=N`` (session 26's lever, 0 in the build): N more W batches
+    asked into L2 before the wait, one prefetch per 16-byte load they stand for, and the
+    first batch still the only loads there.  A prefetch that ptxas sank below the wait would
+    measure nothing (the first batch's history, above)."""
+    cubin = _own_kernels_gpu.cubin_bytes("gemv.cu", (f"KERN_GEMV_PREFETCH={batches}",))
+    for sym, tiles in SYMBOLS["gemv.cu"].items():
+        assert _before_wait(cubin, sym, CCTL) == 8 * tiles * batches, sym
+        assert sass.accesses_before_wait(cubin, sym) == 8 * tiles, sym
