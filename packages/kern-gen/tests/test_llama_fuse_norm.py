@@ -110,7 +110,7 @@ def test_a_missing_norm_is_refused(decode):
     cfg, arch, prog = decode
     j = _norm_at(prog, 3)
     bad = replace(prog, ops=prog.ops[:j] + prog.ops[j + 1:])
-    with pytest.raises(WiringError, match="the norms to fuse are"):
+    with pytest.raises(WiringError, match="the norms to replace are"):
         fuse_norms(bad, cfg, arch)
 
 

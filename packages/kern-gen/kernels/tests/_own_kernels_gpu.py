@@ -250,6 +250,15 @@ class Kernels:
         f((-(-n // GEMV_COLS), -(-m // GEMV_ROWS), 1), (32 * gemv_warps(n, k), 1, 1),
           (ptr(a), ptr(w), ptr(r), ptr(parts), np.int32(m), np.int32(n), np.int32(k)))
 
+    def rmsnorm(self, first, src, r, g, out, eps):
+        """An own norm launch (ABI.md 4g): ``first``: r = f32(src) (the bf16 row), else
+        r += f32(src) (the GEMM output d) in place; out = bf16(g * (r * rstd))."""
+        m, k = src.shape
+        sym = "kern_rmsnorm_first_bf16" if first else "kern_rmsnorm_add_bf16"
+        ptrs = (ptr(src), ptr(g), ptr(r)) if first else (ptr(src), ptr(r), ptr(g))
+        self.fn("rmsnorm.cubin", sym)((m, 1, 1), (32 * -(-k // 256), 1, 1),
+                                      (*ptrs, ptr(out), np.int32(k), np.float32(eps)))
+
     def gemv_split3(self, a, w, outs, widths, warps):
         """outs[i][m, widths[i]] = a @ (rows of part i of w)^T (ABI.md 4b)."""
         m, (n, k) = a.shape[0], w.shape

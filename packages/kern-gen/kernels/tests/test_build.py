@@ -147,6 +147,11 @@ def test_example_steps_match_cubin_layouts(built):
                 from kern_gen.llama.accept import IFACE
                 assert cub.param_layout(sym) == layout(IFACE), sym
                 continue
+            if sym.startswith("kern_rmsnorm_"):  # ABI.md 4g, kern-gen --own-norm only
+                from kern_gen.llama.own_norm import PARAMS as NORM, SYMBOLS
+                kind = {v: k for k, v in SYMBOLS.items()}[sym]
+                assert cub.param_layout(sym) == layout([*NORM[kind], "i32", "f32"]), sym
+                continue
             if sym == "kern_gemv_tma_smem":  # the probe of its shared-memory sizes
                 assert cub.param_layout(sym) == layout(["out buffer<i32>"]), sym
                 continue
@@ -219,6 +224,14 @@ def test_fused_gemv_params_are_documented_and_the_generators():
                                  "kern_gemv_res_bf16": gemm.RES_PARAMS}
     for params in FUSED_GEMV_PARAMS.values():
         assert tuple(params) in doc_lists
+
+
+def test_own_norm_params_are_documented_as_the_generator_emits_them():
+    own_norm = pytest.importorskip("kern_gen.llama.own_norm")
+    doc_lists = {tuple(json.loads(m)) for m in re.findall(r"`(\[\"[^`]*\])`", ABI)}
+    for kind, symbol in own_norm.SYMBOLS.items():
+        assert (*own_norm.PARAMS[kind], "i32", "f32") in doc_lists, symbol
+        assert f"`{symbol}`" in ABI
 
 
 # The paged attention ABI (issue 20) exactly as kern-gen emits it, per symbol stem (both

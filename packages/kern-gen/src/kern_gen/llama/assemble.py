@@ -28,7 +28,7 @@ from typing import Any, Callable
 from . import falsify as F
 from . import gemm as G
 from . import attn_cluster as AC
-from . import own, own_rope, sass
+from . import own, own_norm, own_rope, sass
 from .arch import INV_FREQ
 from .config import ModelConfig
 from .errors import WiringError
@@ -359,6 +359,7 @@ EMIT: dict[str, Emitter] = {
     "mined": mined, "gemm": G.gemm, "gemm_acc": G.gemm_acc, "gemm_silu": G.gemm_silu,
     "gemm_split": G.gemm_split, "gemm_norm": G.gemm_norm, "gemm_rnorm": G.gemm_norm,
     "gemm_rnorm_silu": G.gemm_norm, "gemm_res": G.gemm_res,
+    "norm_first": own_norm.norm, "norm_add": own_norm.norm,
     "embedding": own.embedding, "angles": own_rope.rope_angles,
     "rope_kv": own_rope.rope_kv, "rope_attention": AC.rope_attention,
     "attention": own.attention, "argmax": own.argmax, "markov": markov, "accept": accept,

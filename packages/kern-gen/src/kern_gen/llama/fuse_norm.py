@@ -72,38 +72,33 @@ of shared memory) and no reader of the hidden states besides the GEMVs (DSpark's
 def fuse_norms(prog: Program, cfg: ModelConfig, arch: Arch) -> Program:
     """``prog`` with every RMSNorm split into the GEMVs around it (refused unless provable)."""
     ops = list(prog.ops)
-    names = arch.norm_weights(cfg)
-    at = [j for j, o in enumerate(ops) if _norm_weight(o) is not None]
-    found = [_norm_weight(ops[j]) for j in at]
-    if found != names:
-        raise WiringError(f"{prog.name}: the norms to fuse are {_short(found)}, the model's "
-                          f"are {_short(names)} (in call order)")
+    at = norm_sites(prog, cfg, arch)
     res, parts = Ref(buf=RESIDUAL.format(p=prog.name)), Ref(buf=PARTS.format(p=prog.name))
     p = -(-cfg.hidden // GEMV_COLS)
     new: dict[int, Op] = {}
     for t, j in enumerate(at):
-        norm, gemv = ops[j], _gemv_after(prog.name, ops, j, cfg)
-        g = Ref(buf=_norm_weight(norm))
+        norm, gemv = ops[j], gemv_after(prog.name, ops, j, cfg)
+        g = Ref(buf=norm_weight(norm))
         common = {key: gemv.args[key] for key in ("w", "c", "n", "k") + (
             ("rows",) if "rows" in gemv.args else ())}
         label = f"{norm.label}+{gemv.label.rsplit('.', 1)[-1]}"
         acts = [r for r in reads(norm) if not is_weight(r.buf)]
         if t == 0:
-            x = _first_residual(prog.name, ops, j, acts, op_where(prog.name, norm))
+            x = first_residual(prog.name, ops, j, acts, op_where(prog.name, norm))
             if gemv.kind != "gemm":
                 raise WiringError(f"{op_where(prog.name, norm)}: the first norm feeds "
                                   f"`{gemv.label}` ({gemv.kind}), not a plain GEMV")
             new[j + 1] = Op("gemm_norm", label, gemv.site,
                             args={"x": x, "g": g, "xo": res, **common, "eps": cfg.eps})
             continue
-        before = _producer(ops, j, t, acts, op_where(prog.name, norm), cfg)
+        before = producer(ops, j, t, acts, op_where(prog.name, norm), cfg)
         new[j - 1] = Op("gemm_res", before.label, before.site,
                         args={"a": before.args["a"], "w": before.args["w"], "res": res,
                               "parts": parts, "n": before.args["n"], "k": before.args["k"]})
         new[j + 1] = Op(FUSED_KIND[gemv.kind], label, gemv.site,
                         args={"r": res, "ss": parts, "g": g, **common, "p": p,
                               "eps": cfg.eps})
-    _nothing_stale(prog.name, ops, set(at), {j - 1 for j in at[1:]})
+    nothing_stale(prog.name, ops, set(at), {j - 1 for j in at[1:]}, "--fuse-norm")
     out = [new.get(j, o) for j, o in enumerate(ops) if j not in set(at)]
     check_dataflow(prog.name, out)
     bufs = {**prog.bufs, res.buf: Buf(res.buf, "f32", cfg.hidden, "workspace"),
@@ -112,7 +107,19 @@ def fuse_norms(prog: Program, cfg: ModelConfig, arch: Arch) -> Program:
     return replace(prog, ops=out, bufs={k: b for k, b in bufs.items() if k in used})
 
 
-def _norm_weight(o: Op) -> str | None:
+def norm_sites(prog: Program, cfg: ModelConfig, arch: Arch) -> list[int]:
+    """The indices of ``prog``'s RMSNorm ops, proved to be exactly the model's norms in call
+    order (:meth:`.arch.Arch.norm_weights`)."""
+    names = arch.norm_weights(cfg)
+    at = [j for j, o in enumerate(prog.ops) if norm_weight(o) is not None]
+    found = [norm_weight(prog.ops[j]) for j in at]
+    if found != names:
+        raise WiringError(f"{prog.name}: the norms to replace are {_short(found)}, the "
+                          f"model's are {_short(names)} (in call order)")
+    return at
+
+
+def norm_weight(o: Op) -> str | None:
     """The RMSNorm weight a captured kernel reads, if it is a norm (wired by ``wire_norm``:
     its label names the weight's module)."""
     if o.kind != "mined":
@@ -128,7 +135,7 @@ def _short(names: list) -> str:
     return f"{len(names)} ({', '.join(map(str, names[:3]))}{', …' if len(names) > 3 else ''})"
 
 
-def _gemv_after(program: str, ops: list[Op], j: int, cfg: ModelConfig) -> Op:
+def gemv_after(program: str, ops: list[Op], j: int, cfg: ModelConfig) -> Op:
     """The GEMV right after the norm at ``ops[j]``, reading its normed output (the last
     pointer, wire_norm's rule; an earlier output is a residual sum stored for later norms,
     which the stale check proves nobody else reads)."""
@@ -147,7 +154,7 @@ def _gemv_after(program: str, ops: list[Op], j: int, cfg: ModelConfig) -> Op:
     return gemv
 
 
-def _first_residual(program: str, ops: list[Op], j: int, acts: list[Ref], where: str) -> Ref:
+def first_residual(program: str, ops: list[Op], j: int, acts: list[Ref], where: str) -> Ref:
     """Norm 0 reads exactly the embedding's output (``r_0``)."""
     emb = [o for o in ops[:j] if o.kind == "embedding"]
     if len(acts) != 1 or len(emb) != 1 or acts[0] != emb[0].args["out"]:
@@ -156,7 +163,7 @@ def _first_residual(program: str, ops: list[Op], j: int, acts: list[Ref], where:
     return acts[0]
 
 
-def _producer(ops: list[Op], j: int, t: int, acts: list[Ref], where: str,
+def producer(ops: list[Op], j: int, t: int, acts: list[Ref], where: str,
               cfg: ModelConfig) -> Op:
     """Norm ``t > 0`` adds the output of the GEMM right before it: the layer's ``o_proj``
     before a post-attention norm (odd ``t``), ``down_proj`` before the others."""
@@ -174,7 +181,8 @@ def _producer(ops: list[Op], j: int, t: int, acts: list[Ref], where: str,
     return before
 
 
-def _nothing_stale(program: str, ops: list[Op], norms: set[int], producers: set[int]) -> None:
+def nothing_stale(program: str, ops: list[Op], norms: set[int], producers: set[int],
+                  option: str) -> None:
     """No kept op reads a buffer whose last writer is a dropped norm or a GEMM whose output
     the fusion no longer writes (the GEMV right after a norm reads its normed row from its
     own prologue instead)."""
@@ -187,7 +195,7 @@ def _nothing_stale(program: str, ops: list[Op], norms: set[int], producers: set[
         for r in reads(o):
             if r.buf in stale and r != skip:
                 raise WiringError(f"{op_where(program, o)}: reads `{r.buf}`, last written by "
-                                  f"{stale[r.buf]}, which --fuse-norm drops")
+                                  f"{stale[r.buf]}, which {option} drops")
         for d, r in writes(o):
             if d == "out" and r.buf:
                 stale.pop(r.buf, None)

@@ -75,7 +75,7 @@ class Op:
     kind: str          # mined | gemm | gemm_acc | gemm_silu | gemm_split | gemm_norm
                        # | gemm_res | gemm_rnorm | gemm_rnorm_silu | embedding | angles
                        # | rope_kv | attention | rope_attention | argmax | markov
-                       # | accept
+                       # | accept | norm_first | norm_add
     label: str
     site: Site | None = None
     ptrs: dict[int, tuple[str, Ref]] = field(default_factory=dict)   # mined: param -> (dir, ref)
@@ -104,7 +104,7 @@ OUTPUT_ARGS = ("c", "out", "c0", "c1", "c2", "xo", "parts", "next_ids", "next_po
 """The argument names under which a non-mined op writes; every other :class:`Ref` it reads."""
 INOUT_ARGS = ("acc", "kc", "vc", "res")
 """The argument names a non-mined op reads and writes in place (``gemm_acc``: C += A·Wᵀ;
-``rope_kv``: rows of the K/V states; ``gemm_res``: the f32 residual stream)."""
+``rope_kv``: rows of the K/V states; ``gemm_res``, ``norm_add``: the f32 residual stream)."""
 
 
 def refs(o: Op) -> list[Ref]:

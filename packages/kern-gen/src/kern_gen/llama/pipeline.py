@@ -20,6 +20,7 @@ from kern_manifest.contract import ContractError, check_manifest
 from . import config as C
 from . import fuse as FU
 from . import fuse_norm as FN
+from . import own_norm as ON
 from . import fuse_rope as FR
 from . import fuse_rope_attention as FRA
 from . import merge as M
@@ -124,12 +125,13 @@ def choose_groups(facts: Facts) -> tuple[int, int]:
 
 
 def _fused(programs: list[Program], cfg: C.ModelConfig, arch: Arch,
-           norms: bool, fold_rope: bool = False) -> list[Program]:
+           norms: bool, fold_rope: bool = False, own_norms: bool = False) -> list[Program]:
     """The few-row programs with the fused GEMVs (:mod:`.fuse`) and, where a Llama layer's
     rope kernels are provably the plain rotate-half rope, one rope + K/V launch
     (:mod:`.fuse_rope`), with ``fold_rope`` folded into decode's attention where provable
     (:mod:`.fuse_rope_attention`); with ``norms`` also the RMSNorms split between the GEMVs
-    around them (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`)."""
+    around them (:mod:`.fuse_norm`, its :data:`~.fuse_norm.PROGRAMS`), with ``own_norms``
+    each RMSNorm an own launch instead (:mod:`.own_norm`)."""
     out = []
     for p in programs:
         if p.name in FEW_ROWS:
@@ -138,6 +140,8 @@ def _fused(programs: list[Program], cfg: C.ModelConfig, arch: Arch,
                 p = FRA.fold(p)[0]
         if norms and p.name in FN.PROGRAMS:
             p = FN.fuse_norms(p, cfg, arch)
+        if own_norms and p.name in ON.PROGRAMS:
+            p = ON.own_norms(p, cfg, arch)
         out.append(p)
     return out
 
@@ -188,12 +192,29 @@ def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool)
     return fuse_norm
 
 
+def _own_norm_choice(own_norm: bool, fuse_norm: bool, gemm: str, fuse: bool,
+                     extension: bool) -> bool:
+    """``--own-norm`` checked: one norm choice, the fused few-row programs it rewrites
+    (:mod:`.own_norm` proves its pattern on them), and never with an extension (a DSpark
+    manifest's plain ``decode`` is the reference of its ``decode_spec``)."""
+    if not own_norm:
+        return False
+    if fuse_norm:
+        raise WiringError("--own-norm and --fuse-norm exclude each other: a norm is either "
+                          "its own launch or split between the GEMVs around it")
+    if extension or gemm not in OWN_GEMV or not fuse:
+        raise WiringError("--own-norm needs an own GEMV (--gemm gemv, splitk or tma) and "
+                          "--fuse, and no extension")
+    return True
+
+
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              sidecar: Path | None = None, tokens_max: int | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True, fuse_norm: bool | None = None, gemm_acc: str = DEFAULT_ACC,
+             fuse: bool = True, fuse_norm: bool | None = None, own_norm: bool = False,
+             gemm_acc: str = DEFAULT_ACC,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
@@ -201,12 +222,14 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     GEMVs (:mod:`.fuse_norm`; None: :data:`~.fuse_norm.DEFAULT_FUSE_NORM` with ``gemm``
     gemv and ``fuse``, never with an ``extension``: a DSpark manifest's plain ``decode`` is
     the lossless reference of its ``decode_spec`` and ``verify``, which keep the captured
-    norms); ``attention``: the decode attention
+    norms; ``own_norm``: each RMSNorm of ``decode`` an own launch instead of the captured
+    kernel, :mod:`.own_norm`); ``attention``: the decode attention
     (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
     fuse_norm = _norm_choice(fuse_norm, gemm, fuse, extension is not None)
+    own_norm = _own_norm_choice(own_norm, fuse_norm, gemm, fuse, extension is not None)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
@@ -225,7 +248,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         extension.check(cfg)
     programs = build(g) if extension is None else extension.programs(g)
     if gemm in OWN_GEMV and fuse:
-        programs = _fused(programs, cfg, arch, fuse_norm, attention == "cluster-rope")
+        programs = _fused(programs, cfg, arch, fuse_norm, attention == "cluster-rope",
+                          own_norm)
     own = own_cubins if own_cubins is not None else _build_own(nvcc)
     asm = Assembler(facts, cfg, kv, own, label or f"{cfg.model_type} (kern-gen)",
                     merged=M.merged_weights(cfg), gemm_impl=gemm, attention=attention,
