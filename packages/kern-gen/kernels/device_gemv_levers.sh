@@ -36,6 +36,11 @@
 #           bench_gemv_splitk.py on the build as is and pf1, then kern-run bench of both
 #           models with both levers (variant_lever.py), PDL off/on, tokens compared
 #                                                                     -> $OUT/prefetch*.txt
+#   ownnorm  session 26's second lever, kern-gen --own-norm (each decode RMSNorm one launch of
+#           rmsnorm.cu, triggering its dependents right after its wait; ABI.md 4g): its GPU
+#           tests, then kern-run bench of both models against the examples, PDL off/on, then
+#           the Qwen3-4B shape teacher-forced against transformers on the lever (its sum order
+#           differs from the captured norms')                       -> $OUT/ownnorm*.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -129,6 +134,21 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:pf1=/tmp/lev/llama-pf1 --lever smollm2:pf3=/tmp/lev/llama-pf3 \
         --no-baseline > "$OUT/prefetch_bench_smollm2.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/prefetch_bench_smollm2.txt" | grep -v shards | tail -10 ;;
+    ownnorm)
+      KERN_KERNELS_CUBINS=/tmp/own timeout 120 python3 -m pytest -q -m gpu $K/test_rmsnorm_gpu.py \
+        > "$OUT/ownnorm_tests.txt" 2>&1 || rc=1
+      echo "own-norm GPU tests: $(tail -n 1 "$OUT/ownnorm_tests.txt")"
+      lev llama-ownnorm python3 -m kern_gen.cli llama --own-norm --out /tmp/lev/llama-ownnorm &
+      lev qwen3-ownnorm python3 -m kern_gen.cli qwen3 --own-norm --out /tmp/lev/qwen3-ownnorm &
+      wait
+      timeout 300 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:ownnorm=/tmp/lev/llama-ownnorm --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:ownnorm=/tmp/lev/qwen3-ownnorm --no-baseline > "$OUT/ownnorm_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/ownnorm_bench.txt" | grep -v shards | tail -16
+      mkdir -p "$OUT/ownnorm_check"
+      timeout 200 python3 packages/kern-gen/device_check_qwen3.py --example /tmp/lev/qwen3-ownnorm \
+        --out "$OUT/ownnorm_check" > "$OUT/ownnorm_check/log.txt" 2>&1 || rc=1
+      tail -6 "$OUT/ownnorm_check/log.txt" ;;
     shipped)   # the examples as shipped (after the prewait GEMV became the code, session 24)
       KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K \
         > "$OUT/kernels_gpu.log" 2>&1 || rc=1
