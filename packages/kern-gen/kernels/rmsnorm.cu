@@ -52,6 +52,14 @@ __device__ __forceinline__ void check_launch(const void* a, const void* b, const
     }
 }
 
+// The grid-dependency wait, the dependents let launch right after it (before any load), then
+// this thread's 8 elements of g (zeros past k).
+__device__ __forceinline__ uint4 start(const __nv_bfloat16* g, int i, int k) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    return i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
+}
+
 __device__ __forceinline__ void to_f32(const uint4& v, float (&f)[8]) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
@@ -102,9 +110,7 @@ kern_rmsnorm_first_bf16(const __nv_bfloat16* x, const __nv_bfloat16* __restrict_
     check_launch(x, g, r, out, k);
     const int i = 8 * threadIdx.x;
     const size_t row = (size_t)blockIdx.x * k;
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const uint4 gv = i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
+    const uint4 gv = start(g, i, k);
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (i < k) {
         to_f32(ld16(x + row + i), f);
@@ -119,9 +125,7 @@ kern_rmsnorm_add_bf16(const __nv_bfloat16* d, float* r, const __nv_bfloat16* __r
     check_launch(d, g, r, out, k);
     const int i = 8 * threadIdx.x;
     const size_t row = (size_t)blockIdx.x * k;
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const uint4 gv = i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
+    const uint4 gv = start(g, i, k);
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (i < k) {
         float dv[8];

@@ -76,3 +76,26 @@ def gemm_variants(tmp_path_factory, gemms: tuple[str, ...], cubin: str) -> dict:
                      for g in gemms}
         out[name]["sha"] = hashlib.sha256(built[cubin]).hexdigest()
     return out
+
+
+def fused_decode(preset: str, tmp: Path):
+    """``(ModelConfig, Arch, decode)``: a committed capture's ``decode`` program as the norm
+    passes (``fuse_norm``, ``own_norm``) receive it (merged, fused, rope fused)."""
+    from kern_gen.llama import fuse as FU
+    from kern_gen.llama import fuse_rope as FR
+    from kern_gen.llama import merge as M
+    from kern_gen.llama.arch import ARCHS
+    from kern_gen.llama.programs import PROGRAMS
+
+    _, cfg, g = wiring_inputs(preset, tmp)
+    prog = FR.fuse_rope(FU.fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg)),
+                        cfg)[0]
+    return cfg, ARCHS[cfg.model_type], prog
+
+
+def norm_at(prog, t: int) -> int:
+    """The index of ``prog``'s ``t``-th captured RMSNorm op."""
+    from kern_gen.llama.ir import reads
+    return [j for j, o in enumerate(prog.ops) if o.kind == "mined"
+            and any(r.buf and r.buf.endswith("layernorm.weight") or r.buf == "model.norm.weight"
+                    for r in reads(o))][t]

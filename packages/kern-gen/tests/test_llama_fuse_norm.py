@@ -10,18 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kg_own import wiring_inputs
+from kg_own import fused_decode, norm_at
 
 from kern_gen.llama import WiringError
-from kern_gen.llama import fuse as FU
-from kern_gen.llama import fuse_rope as FR
-from kern_gen.llama import merge as M
-from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.command import PRESETS, _command
 from kern_gen.llama.fuse_norm import PARTS, RESIDUAL, fuse_norms
+from kern_gen.llama.own_norm import own_norms
 from kern_gen.llama.gemm import gemm_norm
 from kern_gen.llama.ir import TOK, Op, Ref, reads, writes
-from kern_gen.llama.programs import PROGRAMS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,10 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module", params=[p for p in ("llama", "qwen3")
                                         if (ROOT / PRESETS[p][0]).is_dir()])
 def decode(request, tmp_path_factory):
-    _, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
-    prog = FR.fuse_rope(FU.fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg)),
-                        cfg)[0]
-    return cfg, ARCHS[cfg.model_type], prog
+    return fused_decode(request.param, tmp_path_factory.mktemp("mined"))
 
 
 def _producers(ops: list[Op], names: dict[str, str]) -> dict[str, list[str]]:
@@ -100,15 +93,9 @@ def test_fused_decode_normalises_the_residual_stream(decode):
     assert fused.bufs[res].dtype == fused.bufs[parts].dtype == "f32"
 
 
-def _norm_at(prog, t: int) -> int:
-    return [j for j, o in enumerate(prog.ops) if o.kind == "mined"
-            and any(r.buf and r.buf.endswith("layernorm.weight") or r.buf == "model.norm.weight"
-                    for r in reads(o))][t]
-
-
 def test_a_missing_norm_is_refused(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 3)
+    j = norm_at(prog, 3)
     bad = replace(prog, ops=prog.ops[:j] + prog.ops[j + 1:])
     with pytest.raises(WiringError, match="the norms to replace are"):
         fuse_norms(bad, cfg, arch)
@@ -116,7 +103,7 @@ def test_a_missing_norm_is_refused(decode):
 
 def test_the_op_after_a_norm_must_be_a_gemv_of_its_output(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 2)
+    j = norm_at(prog, 2)
     ops = list(prog.ops)
     ops[j + 1] = replace(ops[j + 1], args={**ops[j + 1].args, "a": Ref(buf="elsewhere")})
     with pytest.raises(WiringError, match="not a GEMV of its output"):
@@ -125,7 +112,7 @@ def test_the_op_after_a_norm_must_be_a_gemv_of_its_output(decode):
 
 def test_a_norm_must_add_the_gemm_before_it(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 1)
+    j = norm_at(prog, 1)
     ops = list(prog.ops)
     ops[j - 1] = replace(ops[j - 1], args={**ops[j - 1].args, "c": Ref(buf="elsewhere")})
     with pytest.raises(WiringError, match="does not read"):
@@ -138,7 +125,7 @@ def test_a_norm_must_add_the_gemm_before_it(decode):
 
 def test_the_first_norm_reads_only_the_embedding(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 0)
+    j = norm_at(prog, 0)
     ops = list(prog.ops)
     # one more input, before the normed output (which stays the last pointer)
     ops[j] = replace(ops[j], ptrs={-1: ("in", Ref(buf="token_ids")), **ops[j].ptrs})
@@ -146,21 +133,24 @@ def test_the_first_norm_reads_only_the_embedding(decode):
         fuse_norms(replace(prog, ops=ops), cfg, arch)
 
 
-def test_a_later_reader_of_a_dropped_norms_output_is_refused(decode):
+@pytest.mark.parametrize("rewrite,option", [(fuse_norms, "--fuse-norm"),
+                                            (own_norms, "--own-norm")])
+def test_a_later_reader_of_a_dropped_norms_output_is_refused(decode, rewrite, option):
+    """Both norm passes (:mod:`.fuse_norm`, :mod:`.own_norm`) drop the captured norms."""
     cfg, arch, prog = decode
-    j = _norm_at(prog, 4)
+    j = norm_at(prog, 4)
     inout = [r for d, r in prog.ops[j].ptrs.values() if d == "inout"]
     written = inout[0] if inout else prog.ops[j].ptrs[max(prog.ops[j].ptrs)][1]
     reader = Op("mined", "L9.reader", None, ptrs={0: ("in", written), 1: ("out", Ref(buf="z"))})
     ops = list(prog.ops)
     ops.insert(j + 2, reader)
-    with pytest.raises(WiringError, match="which --fuse-norm drops"):
-        fuse_norms(replace(prog, ops=ops), cfg, arch)
+    with pytest.raises(WiringError, match=f"which {option} drops"):
+        rewrite(replace(prog, ops=ops), cfg, arch)
 
 
 def test_a_reader_of_a_replaced_gemms_output_is_refused(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 2)               # L0's down_proj is at j - 1
+    j = norm_at(prog, 2)               # L0's down_proj is at j - 1
     reader = Op("mined", "L9.reader", None,
                 ptrs={0: ("in", prog.ops[j - 1].args["c"]), 1: ("out", Ref(buf="z"))})
     ops = list(prog.ops)

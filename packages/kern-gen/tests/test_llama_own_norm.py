@@ -3,7 +3,8 @@ committed captures ``decode`` keeps its op count, every norm becomes one own lau
 f32 residual stream (norm 0 from the embedding's output, norm ``t > 0`` adding the output of
 the GEMM right before it), every other op is unchanged; the generated manifest verifies with
 the same dispatches a step; each refusal is tested (the shared proofs of
-``kern_gen.llama.fuse_norm`` are tested in test_llama_fuse_norm.py)."""
+``kern_gen.llama.fuse_norm``, and the stale-reader refusal of both passes, in
+test_llama_fuse_norm.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kg_own import own_committed, wiring_inputs
+from kg_own import fused_decode, norm_at, own_committed
 
 from kern_gen.llama import WiringError
-from kern_gen.llama import fuse as FU
-from kern_gen.llama import fuse_rope as FR
-from kern_gen.llama import merge as M
-from kern_gen.llama.arch import ARCHS
 from kern_gen.llama.command import PRESETS, _command
 from kern_gen.llama.fuse_norm import RESIDUAL
-from kern_gen.llama.ir import Op, Ref, reads
+from kern_gen.llama.ir import Op, Ref
 from kern_gen.llama.own_norm import norm, own_norms, threads
-from kern_gen.llama.programs import PROGRAMS
 
 ROOT = Path(__file__).resolve().parents[3]
 HAVE = [p for p in ("llama", "qwen3") if (ROOT / PRESETS[p][0]).is_dir()]
@@ -31,10 +27,7 @@ HAVE = [p for p in ("llama", "qwen3") if (ROOT / PRESETS[p][0]).is_dir()]
 
 @pytest.fixture(scope="module", params=HAVE)
 def decode(request, tmp_path_factory):
-    _, cfg, g = wiring_inputs(request.param, tmp_path_factory.mktemp("mined"))
-    prog = FR.fuse_rope(FU.fuse_program(M.merge_projections(PROGRAMS["decode"](g), cfg)),
-                        cfg)[0]
-    return cfg, ARCHS[cfg.model_type], prog
+    return fused_decode(request.param, tmp_path_factory.mktemp("mined"))
 
 
 def test_every_norm_is_one_own_launch_over_the_residual_stream(decode):
@@ -62,37 +55,19 @@ def test_every_norm_is_one_own_launch_over_the_residual_stream(decode):
             assert new.args["d"] == before.args["c"] and new.args["res"].buf == res
 
 
-def _norm_at(prog, t: int) -> int:
-    return [j for j, o in enumerate(prog.ops) if o.kind == "mined"
-            and any(r.buf and r.buf.endswith("layernorm.weight") or r.buf == "model.norm.weight"
-                    for r in reads(o))][t]
-
-
 def test_a_missing_norm_is_refused(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 5)
+    j = norm_at(prog, 5)
     with pytest.raises(WiringError, match="the norms to replace are"):
         own_norms(replace(prog, ops=prog.ops[:j] + prog.ops[j + 1:]), cfg, arch)
 
 
 def test_a_norm_that_does_not_add_the_gemm_before_it_is_refused(decode):
     cfg, arch, prog = decode
-    j = _norm_at(prog, 2)
+    j = norm_at(prog, 2)
     ops = list(prog.ops)
     ops[j - 1] = replace(ops[j - 1], args={**ops[j - 1].args, "c": Ref(buf="elsewhere")})
     with pytest.raises(WiringError, match="does not read"):
-        own_norms(replace(prog, ops=ops), cfg, arch)
-
-
-def test_a_later_reader_of_what_a_dropped_norm_wrote_is_refused(decode):
-    cfg, arch, prog = decode
-    j = _norm_at(prog, 4)
-    inout = [r for d, r in prog.ops[j].ptrs.values() if d == "inout"]
-    written = inout[0] if inout else prog.ops[j].ptrs[max(prog.ops[j].ptrs)][1]
-    reader = Op("mined", "L9.reader", None, ptrs={0: ("in", written), 1: ("out", Ref(buf="z"))})
-    ops = list(prog.ops)
-    ops.insert(j + 2, reader)
-    with pytest.raises(WiringError, match="which --own-norm drops"):
         own_norms(replace(prog, ops=ops), cfg, arch)
 
 
