@@ -44,7 +44,8 @@ def test_an_op_without_emitter_is_refused():
         _asm().manifest([prog], 8)
     assert {"mined", "gemm", "gemm_acc", "gemm_silu", "gemm_split", "gemm_norm",
             "gemm_rnorm", "gemm_rnorm_silu", "gemm_res", "embedding", "angles",
-            "rope_kv", "attention", "rope_attention", "argmax", "markov", "accept"} == set(EMIT)
+            "rope_kv", "attention", "rope_attention", "argmax", "markov", "accept",
+            "norm_first", "norm_add"} == set(EMIT)
 
 
 @pytest.mark.parametrize("change,needle", [

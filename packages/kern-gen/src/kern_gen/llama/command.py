@@ -82,12 +82,7 @@ def _make(preset: str):
     ) -> None:
         shown = out
         try:
-            if gemm not in GEMM_IMPLS:
-                raise WiringError(f"--gemm `{gemm}`: choose one of "
-                                  f"{', '.join(sorted(GEMM_IMPLS))}")
-            if attention not in DECODE_ATTENTION:
-                raise WiringError(f"--attention `{attention}`: choose one of "
-                                  f"{', '.join(DECODE_ATTENTION)}")
+            _check_cli_choices(gemm, attention)
             capture, config, out = _paths(preset, capture, config, out)
             if shown == Path(out0):
                 shown = _below_cwd(out)
@@ -110,6 +105,14 @@ def _make(preset: str):
     cmd.__doc__ = (f"Generate the {preset} manifest, kernels directory and export plan from a "
                    f"capture (asserting every mined fact first).")
     return cmd
+
+
+def _check_cli_choices(gemm: str, attention: str) -> None:
+    if gemm not in GEMM_IMPLS:
+        raise WiringError(f"--gemm `{gemm}`: choose one of {', '.join(sorted(GEMM_IMPLS))}")
+    if attention not in DECODE_ATTENTION:
+        raise WiringError(f"--attention `{attention}`: choose one of "
+                          f"{', '.join(DECODE_ATTENTION)}")
 
 
 FUSE_NORM_HELP = ("with --gemm gemv and --fuse: every RMSNorm of decode (with its "

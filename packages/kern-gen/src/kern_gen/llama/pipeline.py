@@ -192,6 +192,12 @@ def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool)
     return fuse_norm
 
 
+def _norm_choices(fuse_norm: bool | None, own_norm: bool, gemm: str, fuse: bool,
+                  extension: bool) -> tuple[bool, bool]:
+    fused = _norm_choice(fuse_norm, gemm, fuse, extension)
+    return fused, _own_norm_choice(own_norm, fused, gemm, fuse, extension)
+
+
 def _own_norm_choice(own_norm: bool, fuse_norm: bool, gemm: str, fuse: bool,
                      extension: bool) -> bool:
     """``--own-norm`` checked: one norm choice, the fused few-row programs it rewrites
@@ -228,8 +234,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
-    fuse_norm = _norm_choice(fuse_norm, gemm, fuse, extension is not None)
-    own_norm = _own_norm_choice(own_norm, fuse_norm, gemm, fuse, extension is not None)
+    fuse_norm, own_norm = _norm_choices(fuse_norm, own_norm, gemm, fuse, extension is not None)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
