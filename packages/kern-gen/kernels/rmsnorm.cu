@@ -52,14 +52,6 @@ __device__ __forceinline__ void check_launch(const void* a, const void* b, const
     }
 }
 
-// The grid-dependency wait, the dependents let launch right after it (before any load), then
-// this thread's 8 elements of g (zeros past k).
-__device__ __forceinline__ uint4 start(const __nv_bfloat16* g, int i, int k) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    return i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
-}
-
 __device__ __forceinline__ void to_f32(const uint4& v, float (&f)[8]) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
@@ -102,40 +94,43 @@ __device__ __forceinline__ void store_f32(float* p, const float (&f)[8]) {
     *reinterpret_cast<float4*>(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
 }
 
-}  // namespace
-
-extern "C" __global__ void __launch_bounds__(kMaxThreads)
-kern_rmsnorm_first_bf16(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ g, float* r,
-                        __nv_bfloat16* out, int k, float eps) {
-    check_launch(x, g, r, out, k);
+// One row of either kernel: src is x (kAdd false: r = f32(x)) or d (kAdd: r += f32(d)).
+// Nothing is read before the wait; the dependents are let launch right after it.
+template <bool kAdd>
+__device__ __forceinline__ void norm_row(const __nv_bfloat16* src, float* r,
+                                         const __nv_bfloat16* __restrict__ g,
+                                         __nv_bfloat16* out, int k, float eps) {
+    check_launch(src, g, r, out, k);
     const int i = 8 * threadIdx.x;
     const size_t row = (size_t)blockIdx.x * k;
-    const uint4 gv = start(g, i, k);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const uint4 gv = i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (i < k) {
-        to_f32(ld16(x + row + i), f);
+        to_f32(ld16(src + row + i), f);
+        if constexpr (kAdd) {
+            const float4 r0 = *reinterpret_cast<const float4*>(r + row + i);
+            const float4 r1 = *reinterpret_cast<const float4*>(r + row + i + 4);
+            const float rv[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = rv[e] + f[e];
+        }
         store_f32(r + row + i, f);
     }
     normed_store(f, gv, out + row, i, k, eps);
 }
 
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kMaxThreads)
+kern_rmsnorm_first_bf16(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ g, float* r,
+                        __nv_bfloat16* out, int k, float eps) {
+    norm_row<false>(x, r, g, out, k, eps);
+}
+
 extern "C" __global__ void __launch_bounds__(kMaxThreads)
 kern_rmsnorm_add_bf16(const __nv_bfloat16* d, float* r, const __nv_bfloat16* __restrict__ g,
                       __nv_bfloat16* out, int k, float eps) {
-    check_launch(d, g, r, out, k);
-    const int i = 8 * threadIdx.x;
-    const size_t row = (size_t)blockIdx.x * k;
-    const uint4 gv = start(g, i, k);
-    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (i < k) {
-        float dv[8];
-        to_f32(ld16(d + row + i), dv);
-        const float4 r0 = *reinterpret_cast<const float4*>(r + row + i);
-        const float4 r1 = *reinterpret_cast<const float4*>(r + row + i + 4);
-        const float rv[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) f[e] = rv[e] + dv[e];
-        store_f32(r + row + i, f);
-    }
-    normed_store(f, gv, out + row, i, k, eps);
+    norm_row<true>(d, r, g, out, k, eps);
 }

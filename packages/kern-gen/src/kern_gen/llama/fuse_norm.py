@@ -100,11 +100,17 @@ def fuse_norms(prog: Program, cfg: ModelConfig, arch: Arch) -> Program:
                               "eps": cfg.eps})
     nothing_stale(prog.name, ops, set(at), {j - 1 for j in at[1:]}, "--fuse-norm")
     out = [new.get(j, o) for j, o in enumerate(ops) if j not in set(at)]
-    check_dataflow(prog.name, out)
-    bufs = {**prog.bufs, res.buf: Buf(res.buf, "f32", cfg.hidden, "workspace"),
-            parts.buf: Buf(parts.buf, "f32", p, "workspace")}
-    used = used_buffers(out)
-    return replace(prog, ops=out, bufs={k: b for k, b in bufs.items() if k in used})
+    return rewritten(prog, out, [Buf(res.buf, "f32", cfg.hidden, "workspace"),
+                                 Buf(parts.buf, "f32", p, "workspace")])
+
+
+def rewritten(prog: Program, ops: list[Op], workspaces: list[Buf]) -> Program:
+    """``prog`` with the norm pass's ``ops`` (data flow checked) and its buffers plus
+    ``workspaces``, less those no op uses any more."""
+    check_dataflow(prog.name, ops)
+    bufs = {**prog.bufs, **{b.name: b for b in workspaces}}
+    used = used_buffers(ops)
+    return replace(prog, ops=ops, bufs={k: b for k, b in bufs.items() if k in used})
 
 
 def norm_sites(prog: Program, cfg: ModelConfig, arch: Arch) -> list[int]:

@@ -21,13 +21,11 @@ wrote (the residual sums Inductor stores for later norms) before a kept op write
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import fuse_norm as FN
 from .errors import WiringError
-from .ir import Buf, Op, Program, Ref, check_dataflow, is_weight, op_where, reads, \
-    used_buffers
+from .ir import Buf, Op, Program, Ref, is_weight, op_where, reads
 
 if TYPE_CHECKING:
     from .arch import Arch
@@ -74,11 +72,8 @@ def own_norms(prog: Program, cfg: ModelConfig, arch: Arch) -> Program:
             d = FN.producer(ops, j, t, acts, where, cfg).args["c"]
             new[j] = Op("norm_add", norm.label, norm.site, args={"d": d, "res": res, **common})
     FN.nothing_stale(prog.name, ops, set(at), set(), "--own-norm")
-    out_ops = [new.get(j, o) for j, o in enumerate(ops)]
-    check_dataflow(prog.name, out_ops)
-    bufs = {**prog.bufs, res.buf: Buf(res.buf, "f32", cfg.hidden, "workspace")}
-    used = used_buffers(out_ops)
-    return replace(prog, ops=out_ops, bufs={k: b for k, b in bufs.items() if k in used})
+    return FN.rewritten(prog, [new.get(j, o) for j, o in enumerate(ops)],
+                        [Buf(res.buf, "f32", cfg.hidden, "workspace")])
 
 
 def threads(k: int) -> int:

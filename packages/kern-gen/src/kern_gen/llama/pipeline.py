@@ -194,24 +194,20 @@ def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool)
 
 def _norm_choices(fuse_norm: bool | None, own_norm: bool, gemm: str, fuse: bool,
                   extension: bool) -> tuple[bool, bool]:
+    """``--fuse-norm`` resolved (:func:`_norm_choice`) and ``--own-norm`` checked: one norm
+    choice, the fused few-row programs it rewrites (:mod:`.own_norm` proves its pattern on
+    them), and never with an extension (a DSpark manifest's plain ``decode`` is the reference
+    of its ``decode_spec``)."""
     fused = _norm_choice(fuse_norm, gemm, fuse, extension)
-    return fused, _own_norm_choice(own_norm, fused, gemm, fuse, extension)
-
-
-def _own_norm_choice(own_norm: bool, fuse_norm: bool, gemm: str, fuse: bool,
-                     extension: bool) -> bool:
-    """``--own-norm`` checked: one norm choice, the fused few-row programs it rewrites
-    (:mod:`.own_norm` proves its pattern on them), and never with an extension (a DSpark
-    manifest's plain ``decode`` is the reference of its ``decode_spec``)."""
     if not own_norm:
-        return False
-    if fuse_norm:
+        return fused, False
+    if fused:
         raise WiringError("--own-norm and --fuse-norm exclude each other: a norm is either "
                           "its own launch or split between the GEMVs around it")
     if extension or gemm not in OWN_GEMV or not fuse:
         raise WiringError("--own-norm needs an own GEMV (--gemm gemv, splitk or tma) and "
                           "--fuse, and no extension")
-    return True
+    return False, True
 
 
 def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
