@@ -53,6 +53,18 @@ namespace cg = cooperative_groups;
 // the Qwen3-4B shape 3.363 -> 3.338; with every GEMV triggering early 0.559 -> 0.519 and
 // 3.353 -> 3.343.
 
+// Every variant lets its dependents launch right after griddepcontrol.wait (not after the
+// block's pass), so the o GEMV after the attention launches and streams its first W batch
+// (before its own wait) while the attention runs.  Safe for any dependent: at the trigger
+// every kernel before this one has completed (kern_gemv_et_bf16's guarantee).  Measured as a
+// lever (session 27, H100, kern-run bench same process, tokens identical; docs/
+// measurements.md): the Qwen3-4B shape 3.279 -> 3.233 ms/token, SmolLM2 0.553 -> 0.550.
+#define KERN_ATTN_WAIT()                                                                   \
+    do {                                                                                   \
+        asm volatile("griddepcontrol.wait;" ::: "memory");                                 \
+        asm volatile("griddepcontrol.launch_dependents;");                                 \
+    } while (0)
+
 namespace {
 
 // kMaxG (query heads per kv head the kernel holds), kUnroll (keys in flight per key group),
@@ -223,7 +235,6 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
         case 3: block_pass<D, 3, PRE>(a, sm, pk, pv); break;
         default: block_pass<D, 4, PRE>(a, sm, pk, pv); break;
     }
-    asm volatile("griddepcontrol.launch_dependents;");
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
     if (rank == 0) {
         for (int idx = threadIdx.x; idx < group * D; idx += NT) {
@@ -319,7 +330,7 @@ __device__ __forceinline__ void cluster_decode(
 {
     __shared__ Smem<D> sm;
     // Programmatic dependent launch: q, kv_lens and the cache are the previous kernels'.
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    KERN_ATTN_WAIT();
     const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
     const Pass a{q + (int64_t)b.t * q_row_stride + (int64_t)b.qh0 * D, k_cache + b.hk * ksh,
                  v_cache + b.hk * vsh, block_table + (int64_t)b.t * table_stride, kss, vss,
@@ -357,7 +368,7 @@ __device__ __forceinline__ void cluster_rope_decode(
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                    b.kv_len - 1, pk, pv);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    KERN_ATTN_WAIT();
     const int nq = n_q_heads * D, nk = n_kv_heads * D;
     const __nv_bfloat16* row = qkv + (int64_t)b.t * (nq + 2 * nk);
     const __nv_bfloat16* kx = row + nq + b.hk * D;

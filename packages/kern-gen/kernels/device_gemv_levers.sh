@@ -31,16 +31,22 @@
 #           triggering early, Qwen3 slower; since 3269c77 only its qkv GEMV,
 #           kern_gemv_rnorm_et_bf16, triggers early) against the examples on both models, PDL
 #           off/on, tokens compared                                  -> $OUT/fusenorm.txt
-#   prefetch  session 26's lever: -D KERN_GEMV_PREFETCH=1 and =3 (gemv_core.cuh: the next 1 or 3
-#           W batches asked into L2 before the wait): the plain GEMV GPU tests on each build,
-#           bench_gemv_splitk.py on the build as is and pf1, then kern-run bench of both
-#           models with both levers (variant_lever.py), PDL off/on, tokens compared
-#                                                                     -> $OUT/prefetch*.txt
+#   (prefetch: session 26's -D KERN_GEMV_PREFETCH=N, run in session 27 and removed: slower)
 #   ownnorm  session 26's second lever, kern-gen --own-norm (each decode RMSNorm one launch of
 #           rmsnorm.cu, triggering its dependents right after its wait; ABI.md 4g): its GPU
 #           tests, then kern-run bench of both models against the examples, PDL off/on, then
 #           the Qwen3-4B shape teacher-forced against transformers on the lever (its sum order
 #           differs from the captured norms')                       -> $OUT/ownnorm*.txt
+#   attntrig  session 27's first levers (run on an H100 in its c2; the attention trigger became
+#           the code): -D KERN_ATTN_EARLY_TRIGGER=1 and --gemm tma -> $OUT/attntrig*.txt
+#   l2pf    session 27's adopted attention trigger and the --l2-prefetch lever (the o GEMV
+#           asks its weights into L2 while the attention runs, kern_gemv_pf_bf16): the GEMV,
+#           cluster attention and own norm GPU tests, then kern-run bench of the examples
+#           against those before the trigger (lev_old/, `mkdir lev_old && git archive HEAD
+#           examples/smollm2-135m examples/qwen3-4b | tar -x -C lev_old` before the change
+#           is committed) and --l2-prefetch, both models, PDL off/on -> $OUT/l2pf*.txt
+#   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
+#           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -107,33 +113,25 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:fusenorm=/tmp/lev/llama-fusenorm --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:fusenorm=/tmp/lev/qwen3-fusenorm --no-baseline > "$OUT/fusenorm.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/fusenorm.txt" | tail -16 ;;
-    prefetch)   # the most telling first (a short device budget): µs per shape, then end to end
-      for n in 1 3; do     # the builds and lever folders in the background (~1 min)
-        [ -f /tmp/own_pf$n/gemv.cubin ] || python3 $KD/build.py /tmp/own_pf$n -D KERN_GEMV_PREFETCH=$n \
-          > "$OUT/prefetch_build_pf$n.txt" 2>&1 &
-        lev llama-pf$n python3 $KD/variant_lever.py /tmp/lev/llama-pf$n --preset llama -D KERN_GEMV_PREFETCH=$n &
-        lev qwen3-pf$n python3 $KD/variant_lever.py /tmp/lev/qwen3-pf$n --preset qwen3 -D KERN_GEMV_PREFETCH=$n &
-      done
-      timeout 100 python3 $KD/bench_gemv_splitk.py /tmp/own > "$OUT/prefetch_kbench_pf0.txt" 2>&1 || rc=1
+    l2pf)
+      [ -d lev_old/examples ] || { echo "lev_old/examples missing (see the header)"; exit 2; }
+      lev llama-l2pf python3 -m kern_gen.cli llama --l2-prefetch --out /tmp/lev/llama-l2pf &
+      lev qwen3-l2pf python3 -m kern_gen.cli qwen3 --l2-prefetch --out /tmp/lev/qwen3-l2pf &
+      KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
+        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py $K/test_rmsnorm_gpu.py \
+        > "$OUT/l2pf_tests.txt" 2>&1 || rc=1
+      echo "GEMV, cluster attention, own norm GPU tests: $(tail -n 1 "$OUT/l2pf_tests.txt")"
       wait
-      timeout 100 python3 $KD/bench_gemv_splitk.py /tmp/own_pf1 > "$OUT/prefetch_kbench_pf1.txt" 2>&1 || rc=1
-      for n in 0 1; do     # (pf3 only end to end: the device budget)
-        echo "pf$n (0 = the build as is):"; sed -n '/== qwen3, m = 1/,/step GEMMs, plain/p' "$OUT/prefetch_kbench_pf$n.txt"
-        grep "step GEMMs, plain" "$OUT/prefetch_kbench_pf$n.txt"
-      done
+      timeout 400 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:before=lev_old/examples/smollm2-135m \
+        --lever smollm2:l2pf=/tmp/lev/llama-l2pf --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:before=lev_old/examples/qwen3-4b --lever qwen3:l2pf=/tmp/lev/qwen3-l2pf \
+        --no-baseline > "$OUT/l2pf_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/l2pf_bench.txt" | grep -v shards | tail -24 ;;
+    ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
-        --lever qwen3:pf1=/tmp/lev/qwen3-pf1 --lever qwen3:pf3=/tmp/lev/qwen3-pf3 \
-        --no-baseline > "$OUT/prefetch_bench_qwen3.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/prefetch_bench_qwen3.txt" | grep -v shards | tail -12
-      for n in 1 3; do
-        KERN_KERNELS_CUBINS=/tmp/own_pf$n timeout 60 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
-          > "$OUT/prefetch_tests_pf$n.txt" 2>&1 || rc=1
-        echo "pf$n tests: $(tail -n 1 "$OUT/prefetch_tests_pf$n.txt")"
-      done
-      timeout 150 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:pf1=/tmp/lev/llama-pf1 --lever smollm2:pf3=/tmp/lev/llama-pf3 \
-        --no-baseline > "$OUT/prefetch_bench_smollm2.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/prefetch_bench_smollm2.txt" | grep -v shards | tail -10 ;;
+        --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/ablate.txt" | grep -v shards | tail -12 ;;
     ownnorm)
       KERN_KERNELS_CUBINS=/tmp/own timeout 120 python3 -m pytest -q -m gpu $K/test_rmsnorm_gpu.py \
         > "$OUT/ownnorm_tests.txt" 2>&1 || rc=1

@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 from kern_manifest import from_obj, parse_param_type, read, verify
 
-from kern_run.bench.ablate import (ATTENTION, CAPTURED, CLASSES, GEMM, OTHER, ROPE,
+from kern_run.bench.ablate import (ATTENTION, CAPTURED, CLASSES, GEMM, NORM, OTHER, ROPE,
                                    class_counts, kernel_class, without)
 from kern_run.errors import KernRunError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ["smollm2-135m", "qwen3-4b"]
+NORMS = {"smollm2-135m": CAPTURED, "qwen3-4b": NORM}
+"""The class of each example's decode RMSNorms (kern-gen's ``--own-norm`` default by model)."""
+PRESENT = [(e, c) for e in EXAMPLES for c in CLASSES if c not in set(NORMS.values()) - {NORMS[e]}]
 
 
 def _load(example):
@@ -28,12 +31,13 @@ def _load(example):
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_a_decode_step_s_classes_follow_the_model_s_layers(example):
     """Per layer: qkv, o, gate/up (+SiLU), down GEMMs; one attention with the rope + K/V
-    writes folded in (kern-gen's default, ABI.md 3a‴); two captured RMSNorms.  Plus lm_head,
+    writes folded in (kern-gen's default, ABI.md 3a‴); two RMSNorms (captured, or own where
+    kern-gen's ``--own-norm`` default is on).  Plus lm_head,
     the rotary angles (the rope class's one dispatch), the final norm, and the embedding +
     argmax (own, not left out)."""
     m, layers = _load(example)
     assert class_counts(m) == {GEMM: 4 * layers + 1, ATTENTION: layers, ROPE: 1,
-                               CAPTURED: 2 * layers + 1, OTHER: 2}
+                               NORMS[example]: 2 * layers + 1, OTHER: 2}
     others = {m.kernels[d.kernel].impl.steps[0].symbol for d in m.programs["decode"].dispatches
               if kernel_class(m.kernels[d.kernel]) == OTHER}
     assert others == {"kern_embedding_bf16", "kern_argmax_bf16_partial"}
@@ -44,8 +48,7 @@ def _writes(m, d):
             if a.kind == "buf" and parse_param_type(t).direction != "in"}
 
 
-@pytest.mark.parametrize("cls", CLASSES)
-@pytest.mark.parametrize("example", EXAMPLES)
+@pytest.mark.parametrize("example, cls", PRESENT)
 def test_the_step_without_a_class_verifies_and_keeps_everything_else(example, cls):
     m, _ = _load(example)
     doc = without(m, cls)
@@ -67,7 +70,7 @@ def test_the_step_without_a_class_verifies_and_keeps_everything_else(example, cl
         if kernel_class(m.kernels[d.kernel]) == cls))
     changed = {b for b, e in doc["buffers"].items() if e["class"] != orig["buffers"][b]["class"]}
     assert changed <= dropped_writes
-    if cls in (GEMM, CAPTURED):   # their outputs feed the next layer: reclassified
+    if cls in (GEMM, CAPTURED, NORM):   # their outputs feed the next layer: reclassified
         assert changed
     assert {doc["buffers"][b]["class"] for b in changed} <= {"carry", "input"}
     assert all(doc["buffers"][b] == e for b, e in orig["buffers"].items()

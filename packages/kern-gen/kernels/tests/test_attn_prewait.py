@@ -1,7 +1,8 @@
 """The cluster attention's reads before its grid-dependency wait in the machine code (CPU,
-needs nvcc): the rope variants request kv_lens[t], the slot of the row (ptxas hoists that
-``.nc`` input load too) and the first key batch — kUnroll = 4 keys a key group, each a
-page-table entry, a K row and a V row — and nothing else (attn_decode_cluster.cu; the lever
+needs nvcc): the rope variants request kv_lens[t] and the first key batch — kUnroll = 4 keys
+a key group, each a page-table entry, a K row and a V row — and nothing else (until session
+27 ptxas also hoisted the row's slot, an ``.nc`` input load, above the wait; with the
+trigger right after the wait it stays below) (attn_decode_cluster.cu; the lever
 KERN_ATTN_PREWAIT of session 24, the code since session 25); the variant without the rope
 waits first.  kern_gen.llama.pdl_order proves the launch order these early reads need."""
 from __future__ import annotations
@@ -19,7 +20,7 @@ import _own_kernels_gpu  # noqa: E402
 
 ROPE = [f"kern_attn_decode_cluster_rope{n}_bf16_d{d}" for n in ("", "_norm") for d in (64, 128)]
 PLAIN = [f"kern_attn_decode_cluster_bf16_d{d}" for d in (64, 128)]
-EARLY = 1 + 1 + 4 * 3     # kv_lens[t], slots[t], 4 x (table entry, K, V)
+EARLY = 1 + 4 * 3     # kv_lens[t], 4 x (table entry, K, V)
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +38,11 @@ def test_the_rope_variants_read_the_first_key_batch_before_the_wait(cubin):
 def test_the_plain_variants_wait_first(cubin):
     for sym in PLAIN:
         assert sass.pdl_facts(cubin, sym).waits_first, sym
+
+
+def test_every_variant_lets_its_dependents_launch_right_after_its_wait(cubin):
+    """The o GEMV after the attention launches (and streams its first W batch) while the
+    attention runs: the trigger within a few instructions after the wait, before the pass."""
+    for sym in ROPE + PLAIN:
+        f = sass.pdl_facts(cubin, sym)
+        assert f.triggers_after_wait and f.trigger_at - f.wait <= 8, (sym, f)

@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 import _own_kernels_gpu  # noqa: E402
 SYMBOLS = {"gemv.cu": {"kern_gemv_bf16": 1, "kern_gemv_silu_bf16": 2, "kern_gemv_acc_bf16": 1,
-                       "kern_gemv_split3_bf16": 1},
+                       "kern_gemv_split3_bf16": 1, "kern_gemv_et_bf16": 1,
+                       "kern_gemv_pf_bf16": 1},
            "gemv_splitk.cu": {"kern_gemv_sk4_bf16": 1, "kern_gemv_silu_sk4_bf16": 2}}
 """source -> {symbol: W tiles a block}: the first batch is 4 steps x 2 rows x tiles loads."""
 
@@ -35,9 +36,10 @@ def test_the_first_batch_and_nothing_else_is_requested_before_the_wait(builds, s
         assert sass.accesses_before_wait(builds[src], sym) == 8 * tiles, sym
 
 
-CCTL = 0x98F
-"""SASS CCTL: ``prefetch.global.L2`` compiles to ``CCTL.E.PF2`` (a cache hint, not a data
-access, so :func:`sass.accesses_before_wait` does not count it)."""
+UBLKPF = 0x3BC
+"""SASS UBLKPF: ``cp.async.bulk.prefetch.L2.global`` (uniform operands: ptxas loops over the
+lanes' distinct rows; a cache hint, not a data access, so :func:`sass.accesses_before_wait`
+does not count it)."""
 
 
 def _before_wait(cubin: bytes, symbol: str, opcode: int) -> int:
@@ -51,13 +53,18 @@ def _before_wait(cubin: bytes, symbol: str, opcode: int) -> int:
     raise AssertionError(f"{symbol}: no unconditional wait")
 
 
-@pytest.mark.parametrize("batches", [0, 1])
-def test_the_prefetch_lever_asks_its_batches_into_l2_before_the_wait(batches):
-    """``-D KERN_GEMV_PREFETCH=N`` (session 26's lever, 0 in the build): N more W batches
-    asked into L2 before the wait, one prefetch per 16-byte load they stand for, and the
-    first batch still the only loads there.  A prefetch that ptxas sank below the wait would
-    measure nothing (the first batch's history, above)."""
-    cubin = _own_kernels_gpu.cubin_bytes("gemv.cu", (f"KERN_GEMV_PREFETCH={batches}",))
-    for sym, tiles in SYMBOLS["gemv.cu"].items():
-        assert _before_wait(cubin, sym, CCTL) == 8 * tiles * batches, sym
-        assert sass.accesses_before_wait(cubin, sym) == 8 * tiles, sym
+def test_only_the_l2_twin_prefetches_its_rows_and_before_the_wait(builds):
+    """``kern_gemv_pf_bf16`` (``--l2-prefetch``) asks its rows into L2 before the wait: a
+    prefetch that ptxas sank below the wait would overlap nothing (the first batch's history,
+    above).  No other variant prefetches."""
+    cubin = builds["gemv.cu"]
+    for sym in SYMBOLS["gemv.cu"]:
+        want = 1 if sym == "kern_gemv_pf_bf16" else 0
+        assert _before_wait(cubin, sym, UBLKPF) == want, sym
+        assert _count(cubin, sym, UBLKPF) == want, sym
+
+
+def _count(cubin: bytes, symbol: str, opcode: int) -> int:
+    code = sass.function_code(cubin, symbol)
+    return sum(struct.unpack_from("<Q", code, 16 * i)[0] & 0xFFF == opcode
+               for i in range(len(code) // 16))

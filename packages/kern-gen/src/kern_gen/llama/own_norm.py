@@ -1,5 +1,5 @@
 """The RMSNorms of the one-row ``decode`` program as kern's own launches (``--own-norm``; an
-option, off by default until measured: :data:`DEFAULT_OWN_NORM`).
+option whose default depends on the model: :data:`DEFAULT_OWN_NORM`).
 
 Why (issue 16): every captured norm (an Inductor kernel that also does the residual adds, 2 a
 layer + the final norm) lets its dependents launch only after its final store (SASS
@@ -32,9 +32,12 @@ if TYPE_CHECKING:
     from .assemble import Assembler
     from .config import ModelConfig
 
-DEFAULT_OWN_NORM = False
-"""``kern-gen llama|qwen3 --own-norm`` default: off until measured (built in session 26, no
-device time was left to run it; docs/plan-issue-16.md)."""
+DEFAULT_OWN_NORM = {"qwen3": True}
+"""``--own-norm`` default by ``model_type`` (absent: off), from session 27's measurement on
+the H200 (``kern-run bench --lever``, same process, PDL on; docs/measurements.md): the
+Qwen3-4B shape 2.635 -> 2.571 ms/token, teacher-forced against transformers median 0.0502
+(the captured norms' 0.0503); SmolLM2 0.518 -> 0.519 (no gain, so its captured norms stay).
+Never with an extension or ``--fuse-norm``."""
 PROGRAMS = FN.PROGRAMS
 """The programs the pass applies to (DSpark's ``decode_spec`` taps the hidden states the
 captured norms store)."""

@@ -30,7 +30,7 @@ from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .fuse_norm import DEFAULT_FUSE_NORM
-from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, OWN_GEMV, check_impl
+from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, DEFAULT_L2_PREFETCH, OWN_GEMV, check_impl
 from .own import (DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION, DEFAULT_VERIFY_SPLITS,
                   VERIFY_ATTENTION, parse_verify_splits)
 from .kv import LAYOUT, KVLayout
@@ -192,13 +192,17 @@ def _norm_choice(fuse_norm: bool | None, gemm: str, fuse: bool, extension: bool)
     return fuse_norm
 
 
-def _norm_choices(fuse_norm: bool | None, own_norm: bool, gemm: str, fuse: bool,
-                  extension: bool) -> tuple[bool, bool]:
-    """``--fuse-norm`` resolved (:func:`_norm_choice`) and ``--own-norm`` checked: one norm
-    choice, the fused few-row programs it rewrites (:mod:`.own_norm` proves its pattern on
-    them), and never with an extension (a DSpark manifest's plain ``decode`` is the reference
-    of its ``decode_spec``)."""
+def _norm_choices(fuse_norm: bool | None, own_norm: bool | None, gemm: str, fuse: bool,
+                  extension: bool, model_type: str) -> tuple[bool, bool]:
+    """``--fuse-norm`` resolved (:func:`_norm_choice`) and ``--own-norm`` resolved (None:
+    :data:`~.own_norm.DEFAULT_OWN_NORM` for ``model_type`` where it applies) and checked: one
+    norm choice, the fused few-row programs it rewrites (:mod:`.own_norm` proves its pattern
+    on them), and never with an extension (a DSpark manifest's plain ``decode`` is the
+    reference of its ``decode_spec``)."""
     fused = _norm_choice(fuse_norm, gemm, fuse, extension)
+    if own_norm is None:
+        own_norm = (ON.DEFAULT_OWN_NORM.get(model_type, False) and not fused
+                    and not extension and gemm in OWN_GEMV and fuse)
     if not own_norm:
         return fused, False
     if fused:
@@ -215,8 +219,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              label: str = "", command: str = "", nvcc: str | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
-             fuse: bool = True, fuse_norm: bool | None = None, own_norm: bool = False,
-             gemm_acc: str = DEFAULT_ACC,
+             fuse: bool = True, fuse_norm: bool | None = None, own_norm: bool | None = None,
+             gemm_acc: str = DEFAULT_ACC, l2_prefetch: bool = DEFAULT_L2_PREFETCH,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
@@ -225,16 +229,19 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     gemv and ``fuse``, never with an ``extension``: a DSpark manifest's plain ``decode`` is
     the lossless reference of its ``decode_spec`` and ``verify``, which keep the captured
     norms; ``own_norm``: each RMSNorm of ``decode`` an own launch instead of the captured
-    kernel, :mod:`.own_norm`); ``attention``: the decode attention
-    (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
+    kernel, :mod:`.own_norm`; None: its default for the model); ``attention``: the decode
+    attention (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
-    (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
+    (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones;
+    ``l2_prefetch``: the GEMV after the decode attention asks its weights into L2 while the
+    attention runs (:data:`.gemm.PREFETCH_TWINS`)."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
-    fuse_norm, own_norm = _norm_choices(fuse_norm, own_norm, gemm, fuse, extension is not None)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
     cfg = C.load(config) if config else captured
     C.compare(cfg, captured, str(config or "sidecar config"))
+    fuse_norm, own_norm = _norm_choices(fuse_norm, own_norm, gemm, fuse, extension is not None,
+                                        cfg.model_type)
     if cfg.model_type not in ARCHS:
         raise WiringError(f"model_type {cfg.model_type!r}: the wiring covers {sorted(ARCHS)}")
     arch = ARCHS[cfg.model_type]
@@ -257,7 +264,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
                     acc_impl=gemm_acc, verify_splits=verify_splits,
                     verify_attention=verify_attention,
                     extra_weights=extension.weights(cfg) if extension else None,
-                    extra_states=extension.states(kv) if extension else None)
+                    extra_states=extension.states(kv) if extension else None,
+                    prefetch=l2_prefetch)
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)
@@ -270,6 +278,20 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
         raise WiringError("generated manifest breaks the caller contract:\n" +
                           "\n".join(err.problems)) from None
     mbytes = kern_manifest.encode(man) + b"\n"
+    cubins = _cubins(asm, facts, own)
+    plan = {"version": 1, "weights": {**M.plan_entries(), INV_FREQ: {
+        "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
+                                               "head_dim": cfg.head_dim}}}}
+    pbytes = (json.dumps(plan, indent=1) + "\n").encode()
+    text = readme(facts, cfg, arch, asm, programs, dg, pg, kv, tmax, command)
+    if extension is not None:
+        text += extension.readme(asm, programs)
+    return Result(mbytes, pbytes, text.encode(), cubins)
+
+
+def _cubins(asm: Assembler, facts: Facts, own: dict[str, bytes]) -> dict[str, bytes]:
+    """Every cubin the manifest names, by file: the own kernels' build, the mined ones from
+    the capture (each must hash to its module name)."""
     cubins: dict[str, bytes] = {}
     for file, src in sorted(asm.cubins.items()):
         if src.origin == "own":
@@ -282,14 +304,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
             raise WiringError(f"module {src.module}: the capture's cubin does not hash to its "
                               f"name")
         cubins[file] = data
-    plan = {"version": 1, "weights": {**M.plan_entries(), INV_FREQ: {
-        "derived": "rope_inv_freq", "params": {"theta": cfg.rope_theta,
-                                               "head_dim": cfg.head_dim}}}}
-    pbytes = (json.dumps(plan, indent=1) + "\n").encode()
-    text = readme(facts, cfg, arch, asm, programs, dg, pg, kv, tmax, command)
-    if extension is not None:
-        text += extension.readme(asm, programs)
-    return Result(mbytes, pbytes, text.encode(), cubins)
+    return cubins
 
 
 def write(result: Result, out: Path) -> None:

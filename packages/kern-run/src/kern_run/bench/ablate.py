@@ -27,9 +27,9 @@ from kern_manifest import Kernel, Manifest, encode, parse_param_type
 
 from ..errors import KernRunError
 
-GEMM, ATTENTION, ROPE, CAPTURED, OTHER = (
-    "GEMM", "attention", "rope + KV write", "captured (Inductor)", "other own")
-CLASSES = (GEMM, ATTENTION, ROPE, CAPTURED)
+GEMM, ATTENTION, ROPE, NORM, CAPTURED, OTHER = (
+    "GEMM", "attention", "rope + KV write", "RMSNorm (own)", "captured (Inductor)", "other own")
+CLASSES = (GEMM, ATTENTION, ROPE, NORM, CAPTURED)
 """The classes left out one at a time (:data:`OTHER` — embedding, argmax — stays: the
 decode loop reads the argmax)."""
 
@@ -37,13 +37,14 @@ decode loop reads the argmax)."""
 def kernel_class(kernel: Kernel) -> str:
     """The class of a manifest kernel, by its implementation's first step: cuBLASLt externs
     and kern's GEMVs (``kern_gemv…``) are GEMMs, ``kern_attn…`` attention, ``kern_rope…``
-    rope and the K/V cache writes, any other symbol not named ``kern_…`` a captured kernel
+    rope and the K/V cache writes, ``kern_rmsnorm…`` the own norms, any other symbol not named ``kern_…`` a captured kernel
     (Inductor's Triton), the remaining own kernels :data:`OTHER`."""
     steps = kernel.impl.steps
     if all(s.is_extern for s in steps):
         return GEMM
     sym = steps[0].symbol
-    for prefix, cls in (("kern_gemv", GEMM), ("kern_attn", ATTENTION), ("kern_rope", ROPE)):
+    for prefix, cls in (("kern_gemv", GEMM), ("kern_attn", ATTENTION), ("kern_rope", ROPE),
+                        ("kern_rmsnorm", NORM)):
         if sym.startswith(prefix):
             return cls
     return OTHER if sym.startswith("kern_") else CAPTURED
