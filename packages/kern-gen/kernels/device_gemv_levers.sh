@@ -39,12 +39,8 @@
 #           differs from the captured norms')                       -> $OUT/ownnorm*.txt
 #   attntrig  session 27's first levers (run on an H100 in its c2; the attention trigger became
 #           the code): -D KERN_ATTN_EARLY_TRIGGER=1 and --gemm tma -> $OUT/attntrig*.txt
-#   l2pf    session 27's adopted attention trigger and the --l2-prefetch lever (the o GEMV
-#           asks its weights into L2 while the attention runs, kern_gemv_pf_bf16): the GEMV,
-#           cluster attention and own norm GPU tests, then kern-run bench of the examples
-#           against those before the trigger (lev_old/, `mkdir lev_old && git archive HEAD
-#           examples/smollm2-135m examples/qwen3-4b | tar -x -C lev_old` before the change
-#           is committed) and --l2-prefetch, both models, PDL off/on -> $OUT/l2pf*.txt
+#   (l2pf: session 27's --l2-prefetch lever, the o GEMV asking its weights into L2 while the
+#           attention runs, run in its c4 and removed: slower, 2.549 vs 2.514 ms/token)
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -113,21 +109,6 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:fusenorm=/tmp/lev/llama-fusenorm --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:fusenorm=/tmp/lev/qwen3-fusenorm --no-baseline > "$OUT/fusenorm.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/fusenorm.txt" | tail -16 ;;
-    l2pf)
-      [ -d lev_old/examples ] || { echo "lev_old/examples missing (see the header)"; exit 2; }
-      lev llama-l2pf python3 -m kern_gen.cli llama --l2-prefetch --out /tmp/lev/llama-l2pf &
-      lev qwen3-l2pf python3 -m kern_gen.cli qwen3 --l2-prefetch --out /tmp/lev/qwen3-l2pf &
-      KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K/test_gemv_gpu.py \
-        $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py $K/test_rmsnorm_gpu.py \
-        > "$OUT/l2pf_tests.txt" 2>&1 || rc=1
-      echo "GEMV, cluster attention, own norm GPU tests: $(tail -n 1 "$OUT/l2pf_tests.txt")"
-      wait
-      timeout 400 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:before=lev_old/examples/smollm2-135m \
-        --lever smollm2:l2pf=/tmp/lev/llama-l2pf --case qwen3 --qwen3 examples/qwen3-4b \
-        --lever qwen3:before=lev_old/examples/qwen3-4b --lever qwen3:l2pf=/tmp/lev/qwen3-l2pf \
-        --no-baseline > "$OUT/l2pf_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/l2pf_bench.txt" | grep -v shards | tail -24 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

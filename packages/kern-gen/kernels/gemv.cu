@@ -61,11 +61,6 @@
 //     kern_gen/llama/pdl_order.py).  Every other GEMV keeps the late trigger: triggering all
 //     of them early gained nothing in decode and slowed the DSpark round (H100, session 25:
 //     4.597 -> 4.646 ms, docs/measurements.md).
-//   kern_gemv_pf_bf16(a, w, c, m, n, k): kern_gemv_bf16's contract and bits; before its
-//     grid-dependency wait it also asks the rest of its W rows (beyond the first batch) into
-//     L2, one cp.async.bulk.prefetch a row.  kern-gen puts it right after the decode
-//     attention (the o GEMV), which reads ~1 MB in ~7 us and lets its dependents launch
-//     right after its wait: the o weights then stream into L2 while HBM would idle.
 //   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
 // The RMSNorm variants that share this main loop are in gemv_norm.cu (ABI.md 4e).
@@ -77,7 +72,7 @@
 // no-ops without PDL.
 #include "gemv_core.cuh"
 
-template <bool kEarly, bool kPf = false>
+template <bool kEarly>
 __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w,
                                            __nv_bfloat16* c, int m, int n, int k) {
@@ -86,7 +81,7 @@ __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {n0}, lim[1] = {n};
-    gemv_tiles<1, NoNorm, kEarly, kPf>(a, w, m, k, base, lim, m0, red, NoNorm{});
+    gemv_tiles<1, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_plain(red, c, m, n, m0, n0);
 }
 
@@ -100,12 +95,6 @@ extern "C" __global__ void KERN_GEMV_BOUNDS_T1
 kern_gemv_et_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                   __nv_bfloat16* c, int m, int n, int k) {
     gemv_plain<true>(a, w, c, m, n, k);
-}
-
-extern "C" __global__ void KERN_GEMV_BOUNDS_T1
-kern_gemv_pf_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
-                  __nv_bfloat16* c, int m, int n, int k) {
-    gemv_plain<false, true>(a, w, c, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)

@@ -105,10 +105,8 @@ struct NoNorm {
 // ld is the row stride of a and w in elements and k the extent summed (k <= ld): the split-K
 // variants (gemv_splitk.cu) pass a and w advanced to their k range; the others ld == k.
 // kEarly: launch_dependents right after the wait instead of after the main loop (gemv.cu
-// kern_gemv_et_bf16: for a dependent that reads before its own wait).  kPf: before the wait,
-// the rest of the block's W rows (beyond the first batch) asked into L2 by one bulk prefetch
-// a row (gemv.cu kern_gemv_pf_bf16: for a GEMV after a step that leaves HBM idle).
-template <int T, class Norm, bool kEarly = false, bool kPf = false>
+// kern_gemv_et_bf16: for a dependent that reads before its own wait).
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                                               const __nv_bfloat16* __restrict__ w, int m, int k,
                                               int ld, const int (&base)[T], const int (&lim)[T],
@@ -149,20 +147,6 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
         for (int t = 0; t < T; ++t) {
             wl[t][u] = ld_w_first(wlo[t] + off, ok && lo_ok[t]);
             wh[t][u] = ld_w_first(whi[t] + off, ok && hi_ok[t]);
-        }
-    }
-    if constexpr (kPf) {
-        // lane r < 16 of warp 0: W row base[t] + r from element kUnroll * nw * kStep (what
-        // the first batch does not request) to k; 16-byte aligned, a multiple of 16 bytes
-        // (k % 8 == 0, ld % 8 == 0: check_launch).  W is never written: safe before the wait.
-        const int done = kUnroll * nw * kStep;
-#pragma unroll
-        for (int t = 0; t < T; ++t) {
-            const int row = base[t] + lane;
-            if (warp == 0 && lane < kCols && row < lim[t] && done < k) {
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                             :: "l"(w + (size_t)row * ld + done), "r"((k - done) * 2) : "memory");
-            }
         }
     }
     norm.before_wait();
@@ -210,12 +194,12 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     __syncthreads();
 }
 
-template <int T, class Norm, bool kEarly = false, bool kPf = false>
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w, int m, int k,
                                            const int (&base)[T], const int (&lim)[T], int m0,
                                            float (*red)[T][kRows][kCols], const Norm& norm) {
-    gemv_tiles_ld<T, Norm, kEarly, kPf>(a, w, m, k, k, base, lim, m0, red, norm);
+    gemv_tiles_ld<T, Norm, kEarly>(a, w, m, k, k, base, lim, m0, red, norm);
 }
 
 // The warps' partials of tile t, element (mi, col), summed in warp order (deterministic).

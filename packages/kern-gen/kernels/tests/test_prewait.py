@@ -6,7 +6,6 @@ while the previous kernel ran (docs/plan-issue-16.md, session 23).  This pins th
 (gemv_core.cuh ``ld_w_first``) against a compiler or source change that undoes it."""
 from __future__ import annotations
 
-import struct
 import sys
 from pathlib import Path
 
@@ -18,8 +17,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 import _own_kernels_gpu  # noqa: E402
 SYMBOLS = {"gemv.cu": {"kern_gemv_bf16": 1, "kern_gemv_silu_bf16": 2, "kern_gemv_acc_bf16": 1,
-                       "kern_gemv_split3_bf16": 1, "kern_gemv_et_bf16": 1,
-                       "kern_gemv_pf_bf16": 1},
+                       "kern_gemv_split3_bf16": 1, "kern_gemv_et_bf16": 1},
            "gemv_splitk.cu": {"kern_gemv_sk4_bf16": 1, "kern_gemv_silu_sk4_bf16": 2}}
 """source -> {symbol: W tiles a block}: the first batch is 4 steps x 2 rows x tiles loads."""
 
@@ -34,37 +32,3 @@ def test_the_first_batch_and_nothing_else_is_requested_before_the_wait(builds, s
     for sym, tiles in SYMBOLS[src].items():
         assert sass.pdl_facts(builds[src], sym).wait is not None, sym
         assert sass.accesses_before_wait(builds[src], sym) == 8 * tiles, sym
-
-
-UBLKPF = 0x3BC
-"""SASS UBLKPF: ``cp.async.bulk.prefetch.L2.global`` (uniform operands: ptxas loops over the
-lanes' distinct rows; a cache hint, not a data access, so :func:`sass.accesses_before_wait`
-does not count it)."""
-
-
-def _before_wait(cubin: bytes, symbol: str, opcode: int) -> int:
-    code = sass.function_code(cubin, symbol)
-    n = 0
-    for i in range(len(code) // 16):
-        lo = struct.unpack_from("<Q", code, 16 * i)[0]
-        if lo & 0xFFF == sass.ACQBULK and (lo >> 12) & 0xF == 0x7:
-            return n
-        n += lo & 0xFFF == opcode
-    raise AssertionError(f"{symbol}: no unconditional wait")
-
-
-def test_only_the_l2_twin_prefetches_its_rows_and_before_the_wait(builds):
-    """``kern_gemv_pf_bf16`` (``--l2-prefetch``) asks its rows into L2 before the wait: a
-    prefetch that ptxas sank below the wait would overlap nothing (the first batch's history,
-    above).  No other variant prefetches."""
-    cubin = builds["gemv.cu"]
-    for sym in SYMBOLS["gemv.cu"]:
-        want = 1 if sym == "kern_gemv_pf_bf16" else 0
-        assert _before_wait(cubin, sym, UBLKPF) == want, sym
-        assert _count(cubin, sym, UBLKPF) == want, sym
-
-
-def _count(cubin: bytes, symbol: str, opcode: int) -> int:
-    code = sass.function_code(cubin, symbol)
-    return sum(struct.unpack_from("<Q", code, 16 * i)[0] & 0xFFF == opcode
-               for i in range(len(code) // 16))

@@ -39,7 +39,7 @@ from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITION
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
-from .pdl_order import after_attention, early_triggers, order_problems
+from .pdl_order import early_triggers, order_problems
 from kern_manifest.contract import PAGE_TOKENS
 
 
@@ -77,9 +77,8 @@ class Assembler:
                  acc_impl: str = "cublaslt", verify_splits: str = "divided",
                  verify_attention: str = "split",
                  extra_weights: dict[str, list[int]] | None = None,
-                 extra_states: dict[str, int] | None = None, prefetch: bool = False) -> None:
+                 extra_states: dict[str, int] | None = None) -> None:
         self.facts, self.cfg, self.kv = facts, cfg, kv
-        self.prefetch = prefetch        # the GEMV after the decode attention: its L2 twin
         self.merged = merged or {}      # merged weight -> [(part, first row)]
         # weights the capture does not hold (a DSpark draft's): name -> bf16 shape
         self.extra_weights = extra_weights or {}
@@ -252,19 +251,9 @@ class Assembler:
 
     def _trigger_early(self, progs: dict[str, Any]) -> None:
         """The GEMV kernels right before a step that reads before its wait launch their
-        early-trigger twin (:func:`.pdl_order.early_triggers`); with ``prefetch`` the GEMV
-        kernels right after the decode attention their L2-prefetch twin
-        (:func:`.pdl_order.after_attention`).  Same params and bits."""
+        early-trigger twin (:func:`.pdl_order.early_triggers`): same params and bits."""
         twins = early_triggers(progs, self.kernels, self.state_first,
                                lambda f, s: self._facts[(f, s)], G.EARLY_TWINS)
-        notes = dict.fromkeys(twins, "dependents launched right after its wait: the next step "
-                              "reads before its own")
-        if self.prefetch:
-            pf = {k: v for k, v in after_attention(progs, self.kernels, G.PREFETCH_TWINS).items()
-                  if k not in twins}
-            twins.update(pf)
-            notes.update(dict.fromkeys(pf, "its weights asked into L2 before its wait, while "
-                                       "the attention before it runs"))
         for name, twin in sorted(twins.items()):
             st = self.kernels[name]["impl"]["steps"][0]
             new = self.own_step(st["cubin"], twin, weights_first=True,
@@ -275,7 +264,8 @@ class Assembler:
                                   f"on the grid dependency before its first access")
             self.kernels[name] = {**self.kernels[name], "impl": {"steps": [new]}}
             self.sources[name] = self.sources[name].replace(
-                f"`{st['symbol']}`", f"`{twin}` ({notes[name]})")
+                f"`{st['symbol']}`", f"`{twin}` (dependents launched right after its wait: "
+                f"the next step reads before its own)")
 
     def _inputs(self) -> None:
         """The caller contract's inputs and their domains, which the runtime checks on every

@@ -14,7 +14,7 @@ from kern_manifest import KernError, fail
 from . import repo
 from .errors import WiringError
 from .fuse_norm import DEFAULT_FUSE_NORM
-from .gemm import DEFAULT_GEMM, DEFAULT_L2_PREFETCH, GEMM_IMPLS
+from .gemm import DEFAULT_GEMM, GEMM_IMPLS
 from .own import (DECODE_ATTENTION, DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION,
                   DEFAULT_VERIFY_SPLITS)
 from .pipeline import generate, write
@@ -74,8 +74,6 @@ def _make(preset: str):
                                                 help=FUSE_NORM_HELP)] = DEFAULT_FUSE_NORM,
         own_norm: Annotated[Optional[bool], typer.Option("--own-norm/--no-own-norm",
                                                          help=OWN_NORM_HELP)] = None,
-        l2_prefetch: Annotated[bool, typer.Option("--l2-prefetch/--no-l2-prefetch",
-                                                  help=L2_PREFETCH_HELP)] = DEFAULT_L2_PREFETCH,
         verify_splits: Annotated[str, typer.Option(help=VERIFY_SPLITS_HELP)]
             = DEFAULT_VERIFY_SPLITS,
         verify_attention: Annotated[str, typer.Option(help=VERIFY_ATTENTION_HELP)]
@@ -93,10 +91,9 @@ def _make(preset: str):
             r = generate(capture, config, mined=mined, sidecar=sidecar, tokens_max=tokens_max,
                          label=label,
                          command=_command(preset, gemm, attention, fuse, verify_splits,
-                                          verify_attention, fuse_norm, own_norm,
-                                          l2_prefetch),
+                                          verify_attention, fuse_norm, own_norm),
                          nvcc=nvcc, gemm=gemm, attention=attention, fuse=fuse,
-                         fuse_norm=fuse_norm, own_norm=own_norm, l2_prefetch=l2_prefetch,
+                         fuse_norm=fuse_norm, own_norm=own_norm,
                          verify_splits=verify_splits, verify_attention=verify_attention)
         except KernError as exc:  # a falsified fact, or a capture that cannot be read
             fail(f"kern-gen {preset}", exc)
@@ -131,12 +128,6 @@ OWN_NORM_HELP = ("with an own GEMV and --fuse: every RMSNorm of decode (with its
                  "extension or --fuse-norm")
 
 
-L2_PREFETCH_HELP = ("with --gemm gemv: the GEMV right after each decode attention (o_proj) "
-                    "asks its weights into L2 before its grid-dependency wait, so they "
-                    "stream while the attention runs (kernels/gemv.cu kern_gemv_pf_bf16; "
-                    "same bits)")
-
-
 VERIFY_SPLITS_HELP = ("key splits of the split-KV attention in verify and the DSpark draft: "
                       "divided (a row gets s_min / rows splits), decode (every row splits "
                       "its keys as a decode row would) or N (every row at least N splits)")
@@ -151,8 +142,7 @@ VERIFY_ATTENTION_HELP = ("attention kernel of verify and the DSpark draft: split
 def _command(preset: str, gemm: str, attention: str = DEFAULT_ATTENTION, fuse: bool = True,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION,
-             fuse_norm: bool = DEFAULT_FUSE_NORM, own_norm: bool | None = None,
-             l2_prefetch: bool = DEFAULT_L2_PREFETCH) -> str:
+             fuse_norm: bool = DEFAULT_FUSE_NORM, own_norm: bool | None = None) -> str:
     """The command the README says regenerates the example (options that are not default)."""
     extra = f" --gemm {gemm}" if gemm != DEFAULT_GEMM else ""
     extra += f" --attention {attention}" if attention != DEFAULT_ATTENTION else ""
@@ -160,8 +150,6 @@ def _command(preset: str, gemm: str, attention: str = DEFAULT_ATTENTION, fuse: b
     extra += "" if fuse_norm == DEFAULT_FUSE_NORM else (
         " --fuse-norm" if fuse_norm else " --no-fuse-norm")
     extra += {True: " --own-norm", False: " --no-own-norm"}.get(own_norm, "")
-    extra += "" if l2_prefetch == DEFAULT_L2_PREFETCH else (
-        " --l2-prefetch" if l2_prefetch else " --no-l2-prefetch")
     extra += (f" --verify-splits {verify_splits}" if verify_splits != DEFAULT_VERIFY_SPLITS
               else "")
     extra += (f" --verify-attention {verify_attention}"

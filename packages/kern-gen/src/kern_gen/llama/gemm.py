@@ -51,12 +51,6 @@ EARLY_TWINS = {(GEMV_CUBIN, GEMV_SYMBOL): "kern_gemv_et_bf16",
 """(cubin, symbol) -> its twin in the same cubin with the same contract and bits whose
 dependents launch right after its wait: the assembler's choice for a GEMV right before a
 step that reads before its own wait (:func:`.pdl_order.early_triggers`)."""
-PREFETCH_TWINS = {(GEMV_CUBIN, GEMV_SYMBOL): "kern_gemv_pf_bf16"}
-"""(cubin, symbol) -> its twin with the same contract and bits that asks its weights into L2
-before its wait: the assembler's choice, with ``--l2-prefetch``, for a GEMV right after the
-decode attention (:func:`.pdl_order.after_attention`)."""
-DEFAULT_L2_PREFETCH = False
-"""``--l2-prefetch`` default: off until measured (built in session 27)."""
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
 """``[a, w, c0, c1, c2, m, n0, n1, n2, k]``: the q/k/v GEMV of :mod:`.fuse` (ABI.md 4b)."""

@@ -103,28 +103,3 @@ def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
         if p.get("pdl") and len(kernels[pd["kernel"]]["impl"]["steps"]) == 1 and twin:
             names[pd["kernel"]] = twin
     return names
-
-
-ATTENTION_PREFIX = "kern_attn_decode_cluster"
-"""The decode attention kernels (attn_decode_cluster.cu) after which HBM idles: ~1 MB read in
-~7 us (Qwen3-4B shape, context 144), dependents launched right after their wait."""
-
-
-def after_attention(programs: dict[str, Any], kernels: dict[str, Any],
-                    twins: dict[tuple[str, str], str]) -> dict[str, str]:
-    """Kernel name -> the symbol it should launch instead: every kernel whose one step is a
-    (cubin, symbol) of ``twins``, launched with PDL right after a decode attention step
-    (:data:`ATTENTION_PREFIX`), in any program: its twin asks its weights into L2 before its
-    wait, i.e. while the attention runs (gemv.cu ``kern_gemv_pf_bf16``)."""
-    names: dict[str, str] = {}
-    for program in programs.values():
-        prev: dict | None = None
-        for _, s, d in _steps(program, kernels):
-            twin = twins.get((s.get("cubin"), s["symbol"]))
-            if (twin and s.get("pdl") and prev is not None
-                    and prev["symbol"].startswith(ATTENTION_PREFIX)
-                    and len(kernels[d["kernel"]]["impl"]["steps"]) == 1):
-                names[d["kernel"]] = twin
-            prev = s
-    return names
-

@@ -30,7 +30,7 @@ from .assemble import Assembler
 from .errors import WiringError
 from .facts import Facts, load
 from .fuse_norm import DEFAULT_FUSE_NORM
-from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, DEFAULT_L2_PREFETCH, OWN_GEMV, check_impl
+from .gemm import ACC_IMPLS, DEFAULT_ACC, DEFAULT_GEMM, OWN_GEMV, check_impl
 from .own import (DEFAULT_ATTENTION, DEFAULT_VERIFY_ATTENTION, DEFAULT_VERIFY_SPLITS,
                   VERIFY_ATTENTION, parse_verify_splits)
 from .kv import LAYOUT, KVLayout
@@ -220,7 +220,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
              own_cubins: dict[str, bytes] | None = None, gemm: str = DEFAULT_GEMM,
              attention: str = DEFAULT_ATTENTION, extension: Extension | None = None,
              fuse: bool = True, fuse_norm: bool | None = None, own_norm: bool | None = None,
-             gemm_acc: str = DEFAULT_ACC, l2_prefetch: bool = DEFAULT_L2_PREFETCH,
+             gemm_acc: str = DEFAULT_ACC,
              verify_splits: str = DEFAULT_VERIFY_SPLITS,
              verify_attention: str = DEFAULT_VERIFY_ATTENTION) -> Result:
     """``gemm`` / ``gemm_acc``: the few-row programs' GEMM / C += A·Wᵀ implementation
@@ -232,9 +232,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     kernel, :mod:`.own_norm`; None: its default for the model); ``attention``: the decode
     attention (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
     (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
-    (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones;
-    ``l2_prefetch``: the GEMV after the decode attention asks its weights into L2 while the
-    attention runs (:data:`.gemm.PREFETCH_TWINS`)."""
+    (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
     facts = load(capture, mined, sidecar)
     captured = C.from_hf(facts.sidecar["config"], "sidecar config")
@@ -264,8 +262,7 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
                     acc_impl=gemm_acc, verify_splits=verify_splits,
                     verify_attention=verify_attention,
                     extra_weights=extension.weights(cfg) if extension else None,
-                    extra_states=extension.states(kv) if extension else None,
-                    prefetch=l2_prefetch)
+                    extra_states=extension.states(kv) if extension else None)
     doc = asm.manifest(programs, tmax)
     man = kern_manifest.from_obj(doc)
     diags = kern_manifest.verify(man)
