@@ -37,10 +37,12 @@
 #           tests, then kern-run bench of both models against the examples, PDL off/on, then
 #           the Qwen3-4B shape teacher-forced against transformers on the lever (its sum order
 #           differs from the captured norms')                       -> $OUT/ownnorm*.txt
-#   attntrig  session 27's first levers (run on an H100 in its c2; the attention trigger became
-#           the code): -D KERN_ATTN_EARLY_TRIGGER=1 and --gemm tma -> $OUT/attntrig*.txt
+#   (attntrig: session 27's -D KERN_ATTN_EARLY_TRIGGER=1 and --gemm tma over the own norms,
+#           run in its c2 on an H100; the attention trigger became the code, tma was slower)
 #   (l2pf: session 27's --l2-prefetch lever, the o GEMV asking its weights into L2 while the
 #           attention runs, run in its c4 and removed: slower, 2.549 vs 2.514 ms/token)
+#   (normfirst: session 27's -D KERN_RMSNORM_TRIGGER_FIRST=1, run in its c5 on an H100 and
+#           become the code: the own norms let the next GEMV launch before their wait)
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random

@@ -25,9 +25,15 @@
 // as the layers write it; the squares in each thread's k order, the lanes by xor shuffle,
 // the warps in warp order: the same bits on every launch).
 //
-// PDL: nothing is read before griddepcontrol.wait; the dependents are let launch right after
-// it, before any load (g loaded before the wait held the trigger back until it arrived: the
-// trigger waited on the unpacking of g, SASS); g, the row and r then load together.
+// PDL: nothing is read before griddepcontrol.wait; the dependents are let launch before it,
+// as soon as the norm starts (it launches when the GEMM before it finishes its main loop), so
+// the GEMV after it streams its first W batch during that GEMM's epilogue and this norm.
+// Safe for a dependent that reads only weights before its wait (every GEMV; kern-gen's
+// pdl_order refuses the norm before a step that reads state early): its wait returns only
+// after this norm completed, which implies the GEMM before it did (this norm waits before it
+// completes).  Measured against the trigger right after the wait (session 27, H100, kern-run
+// bench same process, tokens identical; docs/measurements.md): the Qwen3-4B shape 3.225 ->
+// 3.193 ms/token.  g, the row and r load together after the wait.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -95,7 +101,7 @@ __device__ __forceinline__ void store_f32(float* p, const float (&f)[8]) {
 }
 
 // One row of either kernel: src is x (kAdd false: r = f32(x)) or d (kAdd: r += f32(d)).
-// Nothing is read before the wait; the dependents are let launch right after it.
+// Nothing is read before the wait; the dependents are let launch before it.
 template <bool kAdd>
 __device__ __forceinline__ void norm_row(const __nv_bfloat16* src, float* r,
                                          const __nv_bfloat16* __restrict__ g,
@@ -103,8 +109,8 @@ __device__ __forceinline__ void norm_row(const __nv_bfloat16* src, float* r,
     check_launch(src, g, r, out, k);
     const int i = 8 * threadIdx.x;
     const size_t row = (size_t)blockIdx.x * k;
-    asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const uint4 gv = i < k ? ld16(g + i) : make_uint4(0, 0, 0, 0);
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (i < k) {

@@ -5,7 +5,7 @@ Why (issue 16): every captured norm (an Inductor kernel that also does the resid
 layer + the final norm) lets its dependents launch only after its final store (SASS
 ``PREEXIT`` after the last ``STG``), so under PDL the GEMV after it starts streaming its
 weights only when the norm is done.  Each norm becomes one launch of kernels/rmsnorm.cu
-(ABI.md 4g), which lets its dependents launch right after its wait, over kern's own f32
+(ABI.md 4g), which lets its dependents launch as soon as it starts, over kern's own f32
 residual stream (:data:`~.fuse_norm.RESIDUAL`): norm 0 starts it from the embedding's output
 (``norm_first``), norm ``t > 0`` adds the output of the GEMM right before it
 (``norm_add``: the layer's ``o_proj`` or ``down_proj``, which stay plain GEMVs) and
@@ -98,5 +98,5 @@ def norm(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
                             {"f32": a["eps"]}])
     name = asm.kernel(f"{program}.{kind}.{k}", {"params": params, "impl": {"steps": [st]}},
                       f"own `{SYMBOLS[kind]}` (RMSNorm{' 0' if kind == 'norm_first' else ''} "
-                      f"over the f32 residual stream, dependents launched after its wait)")
+                      f"over the f32 residual stream, dependents launched before its wait)")
     return {"label": op.label, "kernel": name, "args": [asm.arg(a[n]) for n in ARGS[kind]]}
