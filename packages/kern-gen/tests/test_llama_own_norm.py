@@ -104,7 +104,7 @@ def test_the_generated_manifest_keeps_its_dispatches_and_verifies():
 
 
 def _rmsnorm() -> dict[str, bytes]:
-    """rmsnorm.cubin, built now (no example ships it: the option is off by default)."""
+    """rmsnorm.cubin, built now (the llama examples do not ship it: off by default there)."""
     import sys
     sys.path.insert(0, str(ROOT / "packages/kern-gen/kernels/tests"))
     import _own_kernels_gpu
@@ -125,3 +125,24 @@ def test_own_norm_refuses_what_it_cannot_rewrite(kw, match):
     cap, cfg, ex = (ROOT / p for p in PRESETS[HAVE[0]][:3])
     with pytest.raises(WiringError, match=match):
         generate(cap, cfg, own_norm=True, own_cubins=own_committed(ex), **kw)
+
+
+@pytest.mark.parametrize("fuse_norm,own_norm,gemm,extension,model,want", [
+    (None, None, "gemv", False, "qwen3", (False, True)),      # the qwen3 default
+    (None, None, "gemv", False, "llama", (False, False)),     # no gain measured on SmolLM2
+    (None, None, "gemv", True, "qwen3", (False, False)),      # a DSpark manifest's decode
+    (True, None, "gemv", False, "qwen3", (True, False)),      # --fuse-norm asked for
+    (None, None, "cublaslt", False, "qwen3", (False, False)),  # no own GEMV
+    (None, False, "gemv", False, "qwen3", (False, False)),    # --no-own-norm
+    (None, True, "gemv", False, "llama", (False, True)),      # --own-norm
+])
+def test_the_own_norm_default_is_the_model_s(fuse_norm, own_norm, gemm, extension, model,
+                                            want):
+    from kern_gen.llama.pipeline import _norm_choices
+    assert _norm_choices(fuse_norm, own_norm, gemm, True, extension, model) == want
+
+
+def test_an_own_norm_asked_for_with_an_extension_is_refused():
+    from kern_gen.llama.pipeline import _norm_choices
+    with pytest.raises(WiringError, match="no extension"):
+        _norm_choices(None, True, "gemv", True, True, "qwen3")
