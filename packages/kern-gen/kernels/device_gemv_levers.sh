@@ -43,6 +43,9 @@
 #           attention runs, run in its c4 and removed: slower, 2.549 vs 2.514 ms/token)
 #   (normfirst: session 27's -D KERN_RMSNORM_TRIGGER_FIRST=1, run in its c5 on an H100 and
 #           become the code: the own norms let the next GEMV launch before their wait)
+#   timeline  probe_gemv_timeline.py on a -D KERN_GEMV_TIMELINE=1 build: where each layer
+#           GEMV's time goes in the step's GEMM chain (launch, wait, A round trip, main loop,
+#           tail, store, SM imbalance), both models            -> $OUT/timeline.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -54,13 +57,14 @@ set -u -o pipefail
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(tests kbench lever check)
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-bash packages/kern-run/device_fuse.sh setup > "$OUT/setup.log" 2>&1
+# the tool returns at most 8 files from $OUT: setup and build logs stay in /tmp
+bash packages/kern-run/device_fuse.sh setup > /tmp/kern-setup.log 2>&1
 export PYTHONPATH="/tmp/site:$(ls -d packages/*/src | tr '\n' ':')" KERN_CACHE=/tmp/kern-cache
 export PYTHONUNBUFFERED=1
 KD=packages/kern-gen/kernels
 K=$KD/tests
-[ -f /tmp/own/gemv_splitk.cubin ] || python3 $KD/build.py /tmp/own > "$OUT/build.txt" 2>&1 \
-  || { cat "$OUT/build.txt"; exit 1; }
+[ -f /tmp/own/gemv_splitk.cubin ] || python3 $KD/build.py /tmp/own > /tmp/kern-build.txt 2>&1 \
+  || { cat /tmp/kern-build.txt; exit 1; }
 lev() {   # lever folder $1 from kern-gen args $2.. (generated once per machine)
   local dir=/tmp/lev/$1; shift
   [ -f $dir/manifest.json ] || "$@" > /dev/null || rc=1
@@ -111,6 +115,12 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:fusenorm=/tmp/lev/llama-fusenorm --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:fusenorm=/tmp/lev/qwen3-fusenorm --no-baseline > "$OUT/fusenorm.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/fusenorm.txt" | tail -16 ;;
+    timeline)
+      [ -f /tmp/own_tl/gemv.cubin ] || python3 $KD/build.py /tmp/own_tl -D KERN_GEMV_TIMELINE=1 \
+        > /tmp/kern-build-tl.txt 2>&1 || { tail /tmp/kern-build-tl.txt; rc=1; }
+      for model in qwen3 smollm2; do
+        timeout 120 python3 $KD/probe_gemv_timeline.py /tmp/own_tl --model $model 2>&1 || rc=1
+      done | tee "$OUT/timeline.txt" ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
@@ -134,13 +144,13 @@ for step in "${STEPS[@]}"; do
       KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K \
         > "$OUT/kernels_gpu.log" 2>&1 || rc=1
       tail -2 "$OUT/kernels_gpu.log"
-      mkdir -p "$OUT/check"
+      mkdir -p /tmp/check     # its JSON reports stay there; the logs come back
       timeout 200 python3 packages/kern-gen/device_check_qwen3.py --example examples/qwen3-4b \
-        --out "$OUT/check" > "$OUT/check/log.txt" 2>&1 || rc=1
-      tail -8 "$OUT/check/log.txt"
+        --out /tmp/check > "$OUT/check_qwen3.txt" 2>&1 || rc=1
+      tail -8 "$OUT/check_qwen3.txt"
       timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --chain \
-        --out "$OUT/check" > "$OUT/check/dspark.txt" 2>&1 || rc=1
-      tail -8 "$OUT/check/dspark.txt"
+        --out /tmp/check > "$OUT/check_dspark.txt" 2>&1 || rc=1
+      grep -v "round_log\|Loading\|weights:" "$OUT/check_dspark.txt" | tail -12
       timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights --case qwen3 \
         --qwen3 examples/qwen3-4b > "$OUT/bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/bench.txt" | tail -14 ;;

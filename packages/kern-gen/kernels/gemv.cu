@@ -83,6 +83,7 @@ __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
     const int base[1] = {n0}, lim[1] = {n};
     gemv_tiles<1, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_plain(red, c, m, n, m0, n0);
+    KERN_TL_RECORD(w);
 }
 
 extern "C" __global__ void KERN_GEMV_BOUNDS_T1
@@ -108,6 +109,7 @@ kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
     gemv_tiles<2>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_silu(red, c, m, n, m0, n0);
+    KERN_TL_RECORD(w);
 }
 
 extern "C" __global__ void KERN_GEMV_BOUNDS_T1

@@ -6,6 +6,54 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+// Probe builds only (probe_gemv_timeline.py; 0 in the build, where the KERN_TL macros are
+// empty): thread 0 of each block reads %globaltimer at six points of the GEMV and appends one
+// record to a buffer the probe sets — where a GEMV's time goes between its launch, its wait,
+// its first multiply, the end of its main loop and its store.
+#ifndef KERN_GEMV_TIMELINE
+#define KERN_GEMV_TIMELINE 0
+#endif
+#if KERN_GEMV_TIMELINE
+struct KernTlRecord {               // ns of %globaltimer; w identifies the launch
+    unsigned long long w, t[6];     // entry, first batch issued, wait returned, first batch
+    unsigned int sm, block;         // multiplied, main loop done, tile stored
+};
+extern "C" __device__ KernTlRecord* kern_gemv_tl;
+extern "C" __device__ unsigned int kern_gemv_tl_n;      // records appended
+extern "C" __device__ unsigned int kern_gemv_tl_cap;    // records the buffer holds
+KernTlRecord* __device__ kern_gemv_tl = nullptr;
+unsigned int __device__ kern_gemv_tl_n = 0;
+unsigned int __device__ kern_gemv_tl_cap = 0;
+
+__device__ __forceinline__ unsigned long long* kern_tl_slots() {
+    __shared__ unsigned long long t[6];
+    return t;
+}
+#define KERN_TL(i)                                                                         \
+    do {                                                                                   \
+        if (threadIdx.x == 0) {                                                            \
+            unsigned long long v;                                                          \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v) :: "memory");              \
+            kern_tl_slots()[i] = v;                                                        \
+        }                                                                                  \
+    } while (0)
+__device__ __forceinline__ void kern_tl_record(const void* w) {
+    KERN_TL(5);
+    if (threadIdx.x != 0) return;
+    const unsigned int slot = atomicAdd(&kern_gemv_tl_n, 1u);
+    if (kern_gemv_tl == nullptr || slot >= kern_gemv_tl_cap) return;
+    KernTlRecord& r = kern_gemv_tl[slot];
+    r.w = reinterpret_cast<unsigned long long>(w);
+    for (int i = 0; i < 6; ++i) r.t[i] = kern_tl_slots()[i];
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
+    r.block = blockIdx.x;
+}
+#define KERN_TL_RECORD(w) kern_tl_record(w)
+#else
+#define KERN_TL(i) do {} while (0)
+#define KERN_TL_RECORD(w) do {} while (0)
+#endif
+
 namespace {
 
 constexpr int kCols = 16;       // output columns (W rows) per block: the mma's M
@@ -112,6 +160,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                                               int ld, const int (&base)[T], const int (&lim)[T],
                                               int m0, float (*red)[T][kRows][kCols],
                                               const Norm& norm) {
+    KERN_TL(0);
     const int nw = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -149,8 +198,10 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
             wh[t][u] = ld_w_first(whi[t] + off, ok && hi_ok[t]);
         }
     }
+    KERN_TL(1);
     norm.before_wait();
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    KERN_TL(2);
     if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;");
     norm();
 #pragma unroll
@@ -167,6 +218,9 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                 mma(acc1[t], wl[t][u].z, wh[t][u].z, wl[t][u].w, wh[t][u].w, av[u].z, av[u].w);
             }
         }
+#if KERN_GEMV_TIMELINE
+        if (s0 == warp) KERN_TL(3);
+#endif
         s0 += kUnroll * nw;
         if (s0 >= steps) break;
 #pragma unroll
@@ -181,6 +235,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
             av[u] = load_a<Norm::kShared>(ap + off, ok && a_ok);
         }
     }
+    KERN_TL(4);
     if constexpr (!kEarly) asm volatile("griddepcontrol.launch_dependents;");
 
     // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
