@@ -37,6 +37,8 @@
 #           tests, then kern-run bench of both models against the examples, PDL off/on, then
 #           the Qwen3-4B shape teacher-forced against transformers on the lever (its sum order
 #           differs from the captured norms')                       -> $OUT/ownnorm*.txt
+#           (run in session 27's c1; since then the qwen3 default, so its Qwen3 lever is the
+#           example itself; `kern-gen qwen3 --no-own-norm` gives the captured norms)
 #   (attntrig: session 27's -D KERN_ATTN_EARLY_TRIGGER=1 and --gemm tma over the own norms,
 #           run in its c2 on an H100; the attention trigger became the code, tma was slower)
 #   (l2pf: session 27's --l2-prefetch lever, the o GEMV asking its weights into L2 while the
