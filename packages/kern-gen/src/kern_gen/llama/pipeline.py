@@ -230,8 +230,8 @@ def generate(capture: Path, config: Path | None, *, mined: Path | None = None,
     the lossless reference of its ``decode_spec`` and ``verify``, which keep the captured
     norms; ``own_norm``: each RMSNorm of ``decode`` an own launch instead of the captured
     kernel, :mod:`.own_norm`; None: its default for the model); ``attention``: the decode
-    attention (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and the draft
-    (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
+    attention (:data:`.own.DECODE_ATTENTION`), ``verify_splits`` its key splits in verify and
+    the draft (:data:`.own.VERIFY_SPLITS`) and ``verify_attention`` its kernel there
     (:data:`.own.VERIFY_ATTENTION`); ``extension``: its programs replace the plain ones."""
     _check_choices(gemm, gemm_acc, verify_splits, verify_attention)
     facts = load(capture, mined, sidecar)

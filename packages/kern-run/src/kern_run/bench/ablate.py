@@ -37,8 +37,9 @@ decode loop reads the argmax)."""
 def kernel_class(kernel: Kernel) -> str:
     """The class of a manifest kernel, by its implementation's first step: cuBLASLt externs
     and kern's GEMVs (``kern_gemv…``) are GEMMs, ``kern_attn…`` attention, ``kern_rope…``
-    rope and the K/V cache writes, ``kern_rmsnorm…`` the own norms, any other symbol not named ``kern_…`` a captured kernel
-    (Inductor's Triton), the remaining own kernels :data:`OTHER`."""
+    rope and the K/V cache writes, ``kern_rmsnorm…`` the own norms, any other symbol not
+    named ``kern_…`` a captured kernel (Inductor's Triton), the remaining own kernels
+    :data:`OTHER`."""
     steps = kernel.impl.steps
     if all(s.is_extern for s in steps):
         return GEMM
