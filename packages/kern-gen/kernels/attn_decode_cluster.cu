@@ -69,7 +69,14 @@ namespace {
 
 // kMaxG (query heads per kv head the kernel holds), kUnroll (keys in flight per key group),
 // kLog2e and the page constants: attn_core.cuh.
-constexpr int kC = 8;        // blocks of a cluster = splits of a (row, kv head)
+// KERN_CLUSTER_SPLITS: a probe's knob only (probe_attn_cluster.py compares 4 and 2 at short
+// contexts); the build and kern-gen (attn_cluster.CLUSTER_SPLITS) use 8.
+#ifndef KERN_CLUSTER_SPLITS
+#define KERN_CLUSTER_SPLITS 8
+#endif
+static_assert(KERN_CLUSTER_SPLITS == 2 || KERN_CLUSTER_SPLITS == 4 || KERN_CLUSTER_SPLITS == 8,
+              "a cluster of 2, 4 or 8 blocks");
+constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (row, kv head)
 
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };

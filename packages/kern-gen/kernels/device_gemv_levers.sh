@@ -48,6 +48,9 @@
 #   timeline  probe_gemv_timeline.py on a -D KERN_GEMV_TIMELINE=1 build: where each layer
 #           GEMV's time goes in the step's GEMM chain (launch, wait, A round trip, main loop,
 #           tail, store, SM imbalance), both models            -> $OUT/timeline.txt
+#   attnsplits  probe_attn_cluster.py: the cluster decode attention with 8 (the build), 4 and
+#           2 key splits a (row, kv head), correctness against float32 and µs per call at
+#           contexts 144-16384, both models' head shapes           -> $OUT/attnsplits.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -123,6 +126,10 @@ for step in "${STEPS[@]}"; do
       for model in qwen3 smollm2; do
         timeout 120 python3 $KD/probe_gemv_timeline.py /tmp/own_tl --model $model 2>&1 || rc=1
       done | tee "$OUT/timeline.txt" ;;
+    attnsplits)
+      KERN_KERNELS_CUBINS=/tmp/own timeout 300 python3 $KD/probe_attn_cluster.py \
+        > "$OUT/attnsplits.txt" 2>&1 || rc=1
+      tail -16 "$OUT/attnsplits.txt" ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

@@ -29,10 +29,17 @@ CLUSTER = 8
 NVCC = ["-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas=-O3"]
 
 
-VARIANTS = {"256 threads (built)": []}
-"""Builds compared (name -> nvcc ``-D`` flags): the shipped one.  Session 22's c2 compared 128
-threads a block (``-DKERN_CLUSTER_THREADS_D64=128 -DKERN_CLUSTER_THREADS_D128=128``), before
-the folded-rope symbols, whose norm variant needs 6 warps, made 128 unbuildable."""
+VARIANTS = {"8 splits (built)": [], "4 splits": ["-DKERN_CLUSTER_SPLITS=4"],
+            "2 splits": ["-DKERN_CLUSTER_SPLITS=2"]}
+"""Builds compared (name -> nvcc ``-D`` flags): the shipped one (256 threads, a cluster of 8
+key splits) and clusters of 4 and 2 (session 27: fewer blocks to merge and one cluster
+barrier among fewer, against more keys a block, for the short contexts where the decode
+attention costs ~6 µs a layer).  Session 22's c2 compared 128 threads a block
+(``-DKERN_CLUSTER_THREADS_D64=128 -DKERN_CLUSTER_THREADS_D128=128``), before the
+folded-rope symbols, whose norm variant needs 6 warps, made 128 unbuildable."""
+SPLITS = {name: int(flags[0].split("=")[1]) if flags else CLUSTER
+          for name, flags in VARIANTS.items()}
+"""Grid y (= the cluster's blocks) of each variant."""
 
 
 def build(defines: list[str], nvcc: str = "nvcc") -> Path:
@@ -63,7 +70,7 @@ def main() -> None:
         f = mods[name].get_function(f"kern_attn_decode_cluster_bf16_d{d}")
         threads = 128 if name.startswith("128") else 256
         p = ok.ptr
-        f((n_kv, CLUSTER, tokens), (threads, 1, 1),
+        f((n_kv, SPLITS[name], tokens), (threads, 1, 1),
           (p(q), p(kc), p(vc), p(lens), p(table), p(out), np.int32(qs), np.int64(kc.stride(0)),
            np.int64(kc.stride(1)), np.int64(vc.stride(0)), np.int64(vc.stride(1)),
            np.int32(n_q), np.int32(n_kv), np.float32(1 / math.sqrt(d)), np.int32(table.stride(0))))

@@ -46,3 +46,17 @@ def test_every_variant_lets_its_dependents_launch_right_after_its_wait(cubin):
     for sym in ROPE + PLAIN:
         f = sass.pdl_facts(cubin, sym)
         assert f.triggers_after_wait and f.trigger_at - f.wait <= 8, (sym, f)
+
+
+@pytest.mark.parametrize("splits", [4, 2])
+def test_the_probe_s_smaller_clusters_build_with_the_same_launch_order(splits):
+    """``-D KERN_CLUSTER_SPLITS`` (probe_attn_cluster.py's knob, 8 in the build): the smaller
+    clusters compile and keep the rope variants' early reads and every variant's trigger
+    right after its wait, so the probe times the kernel the build would be."""
+    cubin = _own_kernels_gpu.cubin_bytes("attn_decode_cluster.cu",
+                                         (f"KERN_CLUSTER_SPLITS={splits}",))
+    for sym in ROPE + PLAIN:
+        f = sass.pdl_facts(cubin, sym)
+        assert f.triggers_after_wait and f.trigger_at - f.wait <= 8, (sym, f)
+    for sym in ROPE:
+        assert sass.accesses_before_wait(cubin, sym) == EARLY, sym
