@@ -105,7 +105,8 @@ class Cublas:
             torch.matmul(a, w.t(), out=c)
 
 
-def graph_us(fn, reps=25):
+def capture(fn):
+    """``fn``'s launches as a CUDA graph (run once eagerly first, on a side stream)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -114,6 +115,11 @@ def graph_us(fn, reps=25):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=s):
         fn()
+    return g
+
+
+def graph_us(fn, reps=25):
+    g = capture(fn)
     g.replay()
     torch.cuda.synchronize()
     ts = []

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 import _own_kernels_gpu as okg  # noqa: E402
 from bench_gemv_splitk import MODELS  # noqa: E402
-from bench_gemv_tma import launch  # noqa: E402
+from bench_gemv_tma import capture, launch  # noqa: E402
 
 RECORD = np.dtype([("w", "<u8"), ("t", "<u8", 6), ("sm", "<u4"), ("block", "<u4")])
 """gemv_core.cuh KernTlRecord (64 bytes)."""
@@ -102,13 +102,7 @@ def run(tl: Timeline, model: str):
         tl("kern_gemv_bf16", x, W["lm_head"][0], logits)
         order.append((W["lm_head"][0].data_ptr(), "lm_head"))
 
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        step()
+    g = capture(step)
     for _ in range(5):
         g.replay()
     torch.cuda.synchronize()
