@@ -18,12 +18,11 @@ struct KernTlRecord {               // ns of %globaltimer; w identifies the laun
     unsigned long long w, t[6];     // entry, first batch issued, wait returned, first batch
     unsigned int sm, block;         // multiplied, main loop done, tile stored
 };
-extern "C" __device__ KernTlRecord* kern_gemv_tl;
-extern "C" __device__ unsigned int kern_gemv_tl_n;      // records appended
-extern "C" __device__ unsigned int kern_gemv_tl_cap;    // records the buffer holds
-KernTlRecord* __device__ kern_gemv_tl = nullptr;
-unsigned int __device__ kern_gemv_tl_n = 0;
-unsigned int __device__ kern_gemv_tl_cap = 0;
+extern "C" {                        // unmangled: the probe sets them by name
+__device__ KernTlRecord* kern_gemv_tl = nullptr;
+__device__ unsigned int kern_gemv_tl_n = 0;        // records appended
+__device__ unsigned int kern_gemv_tl_cap = 0;      // records the buffer holds
+}
 
 __device__ __forceinline__ unsigned long long* kern_tl_slots() {
     __shared__ unsigned long long t[6];

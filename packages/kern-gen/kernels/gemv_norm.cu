@@ -1,7 +1,7 @@
 // kern own kernels: an RMSNorm carried by the few-row GEMVs around it (ABI.md 4e;
 // `kern-gen --fuse-norm`, an option: measured no faster, docs/measurements.md issue 16,
-// session 20; slower on the H200 in session 26, SmolLM2 0.528 vs 0.518 ms/token), over an f32 residual stream r [m, k] and its sums of squares by 16-column
-// block, parts [m, p].  They share gemv.cu's main loop (gemv_core.cuh):
+// session 20; slower on the H200 in session 26, SmolLM2 0.528 vs 0.518 ms/token), over an
+// f32 residual stream r [m, k] and its sums of squares by 16-column block, parts [m, p].  They share gemv.cu's main loop (gemv_core.cuh):
 //   kern_gemv_res_bf16(a, w, r, parts, m, n, k): kern_gemv_bf16's d = bf16(a . w^T), then
 //     r += f32(d) in place and parts[i, blockIdx.x] = the block's sum of r^2 (d not stored);
 //   kern_gemv_rnorm_bf16 / kern_gemv_rnorm_silu_bf16(r, parts, g, w, c, m, n, k, p, eps):

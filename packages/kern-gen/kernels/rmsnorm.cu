@@ -1,6 +1,6 @@
 // kern own kernels: the RMSNorms of the one-row decode step as kern's own launches, over an
-// f32 residual stream of kern's own (ABI.md 4g; `kern-gen --own-norm`, an option: built in
-// session 26, not yet measured).
+// f32 residual stream of kern's own (ABI.md 4g; `kern-gen --own-norm`, the qwen3 default
+// since session 27, docs/measurements.md).
 //
 // Why an own kernel where a mined one exists: every captured norm (Inductor's
 // triton_red_fused_..._add_mean_mul_pow_rsqrt_*, one 512-thread block) lets its dependents
@@ -8,8 +8,8 @@
 // GEMV after a norm is launched only once the norm is done and its first weight batch
 // (gemv_core.cuh ld_w_first: 40 % of the Qwen3-4B qkv weight) streams while nothing else
 // runs; and it reads its row twice (sum of squares, then the normed row).  These launch their
-// dependents right after their wait, so the next GEMV's blocks are resident and loading W
-// while the norm runs (they read A only after their own wait, i.e. after this grid
+// dependents as soon as they start (PDL below), so the next GEMV's blocks are resident and
+// loading W while the norm runs (they read A only after their own wait, i.e. after this grid
 // completes), and they hold the row in registers: one pass.
 //
 // Contract, one block a row (grid (m, 1, 1)), block (32 * ceil(k / 256), 1, 1) threads (each

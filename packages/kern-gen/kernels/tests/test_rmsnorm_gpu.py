@@ -49,7 +49,7 @@ def test_the_stream_and_the_normed_row(env, first, k, eps, m):
 @pytest.mark.parametrize("k", [576, 2560])
 def test_a_pdl_chain_through_the_norm(env, k):
     """o (n k, k 4096) -> d -> norm_add -> a -> qkv (n 3 k, k k), every launch after the first
-    with PDL: the norm launches the qkv GEMV right after its own wait, whose blocks then
+    with PDL: the norm lets the qkv GEMV launch before its own wait, whose blocks then
     load W while the norm runs and must wait for a; r, a and the qkv output have the bits of
     the plain launches, 20 times over NaN-poisoned d, a and c."""
     torch, ok, kern = env
