@@ -140,7 +140,7 @@ for step in "${STEPS[@]}"; do
       tail -16 "$OUT/attnsplits.txt" ;;
     stage)
       [ -d lev_stage/qwen3-s1 ] || { echo "lev_stage/ missing (see the header)"; exit 2; }
-      KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K/test_gemv_stage_gpu.py $K/test_gemv_gpu.py \
+      KERN_KERNELS_CUBINS=/tmp/own timeout 200 python3 -m pytest -q -m gpu $K/test_gemv_stage_gpu.py $K/test_gemv_gpu.py $K/test_gemv_tma_gpu.py \
         > "$OUT/stage_tests.txt" 2>&1 || rc=1
       echo "stage GPU tests: $(tail -n 1 "$OUT/stage_tests.txt")"
       timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights \

@@ -226,6 +226,13 @@ __device__ __forceinline__ void tma_loop(const __nv_bfloat16* a,
                     mma(acc1[t], wl.z, wh.z, wl.w, wh.w, av[j].z, av[j].w);
                 }
             }
+            // Release stage s to the producer.  Our reads of it were generic-proxy ld.shared;
+            // the producer's next cp.async.bulk into it writes through the async proxy, and
+            // the mbarrier arrive/wait alone does not order the two proxies (PTX ISA, async
+            // proxy: only the copy's completion carries an implicit fence, i.e. RAW, not this
+            // WAR).  Without the fence the next chunk can land while a lane's ld.shared of this
+            // one is still outstanding: a few wrong dot products, nondeterministically.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncwarp();
             if (lane == 0) bar_arrive(&empty[s]);
             if (++c == chunks) {
