@@ -72,19 +72,6 @@
 // no-ops without PDL.
 #include "gemv_core.cuh"
 
-// Lever build only (-D KERN_GEMV_STAGE=1, gemv_stage.cuh): the plain, early-trigger and SiLU
-// entry points run the main loop with a shared-memory stage sized by the launch's dynamic
-// shared memory (none: the same loop as gemv_core.cuh's).  0 in the build.
-#ifndef KERN_GEMV_STAGE
-#define KERN_GEMV_STAGE 0
-#endif
-#if KERN_GEMV_STAGE
-#include "gemv_stage.cuh"
-#define KERN_GEMV_TILES(T, E, ...) gemv_tiles_staged<T, E>(__VA_ARGS__)
-#else
-#define KERN_GEMV_TILES(T, E, ...) gemv_tiles<T, NoNorm, E>(__VA_ARGS__, NoNorm{})
-#endif
-
 template <bool kEarly>
 __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w,
@@ -94,7 +81,7 @@ __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     const int base[1] = {n0}, lim[1] = {n};
-    KERN_GEMV_TILES(1, kEarly, a, w, m, k, base, lim, m0, red);
+    gemv_tiles<1, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_plain(red, c, m, n, m0, n0);
     KERN_TL_RECORD(w);
 }
@@ -120,7 +107,7 @@ kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     if (n0 >= n || m0 >= m) return;                // block-uniform
     // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
-    KERN_GEMV_TILES(2, false, a, w, m, k, base, lim, m0, red);
+    gemv_tiles<2>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_silu(red, c, m, n, m0, n0);
     KERN_TL_RECORD(w);
 }

@@ -28,21 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=("llama", "qwen3"), required=True)
     ap.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--gemm", default=None, help="kern-gen --gemm (default: its default)")
-    ap.add_argument("--gemv-stage", type=int, default=0, metavar="S",
-                    help="kern_gen.llama.gemm.GEMV_STAGE: shared-memory stage steps of the "
-                         "plain / SiLU GEMVs (with -D KERN_GEMV_STAGE=1)")
     args = ap.parse_args(argv)
 
-    from kern_gen.llama import gemm as G
     from kern_gen.llama import generate
     from kern_gen.llama.command import PRESETS
     from kern_gen.llama.pipeline import _build_own, write
 
     own = _build_own(None, defines=tuple(args.define))
-    G.GEMV_STAGE = args.gemv_stage
     cap, cfg, _, label = PRESETS[args.preset]
-    flags = " ".join(f"-D {d}" for d in args.define) + (
-        f" --gemv-stage {args.gemv_stage}" if args.gemv_stage else "")
+    flags = " ".join(f"-D {d}" for d in args.define)
     gemm = {"gemm": args.gemm} if args.gemm else {}
     command = (f"python3 packages/kern-gen/kernels/variant_lever.py OUT --preset {args.preset} "
                f"{flags}" + (f" --gemm {args.gemm}" if args.gemm else ""))

@@ -251,20 +251,9 @@ def _gemv_step(asm: Assembler, symbol: str, params: list[str], cols: int, nw: in
     kernel's source loads its first W tile before the grid-dependency wait (the built code
     requests it after: kernels/gemv_core.cuh ``ld_w_first``)."""
     gy = -(-rows // GEMV_ROWS) if isinstance(rows, int) else {"ceil_div": [TOK, GEMV_ROWS]}
-    smem = {}
-    if GEMV_STAGE and cubin == GEMV_CUBIN and symbol in STAGE_TILES:
-        smem = {"shared_mem": nw * GEMV_STAGE * (2 * STAGE_TILES[symbol] + 1) * 512}
     return asm.own_step(cubin, symbol, weights_first=True, params=params,
                         block=[32 * nw, 1, 1], grid=[-(-cols // GEMV_COLS), gy, 1],
-                        args=[{"arg": i} for i in range(len(params))], **smem)
-
-
-GEMV_STAGE = 0
-"""Steps of W and A a warp of gemv.cu's plain / SiLU GEMVs holds in shared memory
-(kernels/gemv_stage.cuh: requested right after the wait; its dynamic shared memory is
-NW x steps x (2 tiles + 1) x 512 bytes).  Only a ``-D KERN_GEMV_STAGE=1`` build reads it;
-0 in the examples (a lever: kernels/variant_lever.py ``--gemv-stage``)."""
-STAGE_TILES = {GEMV_SYMBOL: 1, SILU_SYMBOL: 2}
+                        args=[{"arg": i} for i in range(len(params))])
 
 
 def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]:
