@@ -137,8 +137,9 @@ def tma_rows(asm: Assembler, rows: Any) -> bool:
     """Does ``--gemm tma`` put this GEMM on the bulk-copy GEMV?  Only one-row GEMMs (decode,
     decode_spec): in the multi-row programs (verify, draft) the H200 measured the DSpark loop
     giving different tokens on identical runs with it (PDL on and off; plain decode
-    deterministic; cause not found, docs/measurements.md issue 16, session 15), so those keep
-    gemv.cu's kernels."""
+    deterministic; docs/measurements.md issue 16, session 15), so those keep gemv.cu's
+    kernels.  Session 28 found and fixed a stage-reuse race in the kernel (ABI.md 4d) that
+    showed at m = 8; the DSpark loop on it has not been rerun."""
     return asm.gemm_impl == "tma" and rows == 1
 
 
