@@ -8,7 +8,8 @@ from kern_manifest import ExprNode
 from krt_helpers import EXAMPLES
 from kern_runtime.errors import CallerError
 from kern_runtime.launchplan import (BoundExtern, BoundKernel, bind, check_symbols,
-                                     compile_program, graph_key, shared_mem_max)
+                                     compile_program, graph_key, needs_shared_optin,
+                                     shared_mem_max)
 from kern_runtime.memory_plan import REGION_ALIGN, plan_memory
 
 
@@ -186,3 +187,12 @@ def test_graph_key():
     assert graph_key("decode", {"a": 1}) != graph_key("decode", {"a": 2})
     assert graph_key("decode", {"a": 1}) != graph_key("prefill", {"a": 1})
     assert isinstance(ExprNode(sym="a"), ExprNode)
+
+
+@pytest.mark.parametrize("static,dynamic,optin", [
+    (0, 0, False), (16384, 0, False), (0, 49152, False), (0, 49153, True),
+    (16384, 32768, False), (16384, 40960, True), (8192, 73728, True)])
+def test_the_shared_memory_optin_counts_static_and_dynamic(static, dynamic, optin):
+    """48 KiB bounds a block's static + dynamic shared memory without the opt-in: a SiLU GEMV
+    with 16 KiB static and 40 KiB dynamic failed to launch without it (session 28)."""
+    assert needs_shared_optin(static, dynamic) is optin

@@ -88,7 +88,8 @@ class Modules(Protocol):
 
     def allow_dynamic_shared(self, func: Any, nbytes: int, where: str,
                              device_limit: int) -> None:
-        """Let ``func`` use ``nbytes`` of dynamic shared memory (needed above 48 KiB)."""
+        """Let ``func`` use ``nbytes`` (> 0) of dynamic shared memory: called for every step
+        that has some; raises the function's limit where static + dynamic exceed 48 KiB."""
 
     def unload(self) -> None: ...
 

@@ -106,6 +106,18 @@ def shared_mem_max(vm: VerifiedManifest, kernel: str, step: int) -> int:
     return 0 if s.shared_mem is UNSET else eval_expr(s.shared_mem, vm.sym_max)  # type: ignore[arg-type]
 
 
+DEFAULT_SHARED_LIMIT = 48 * 1024
+"""Bytes of shared memory (static + dynamic) a block may use without the function's opt-in
+``MAX_DYNAMIC_SHARED_SIZE_BYTES``."""
+
+
+def needs_shared_optin(static: int, dynamic: int) -> bool:
+    """Must the function's dynamic limit be raised before a launch with ``dynamic`` bytes?
+    The 48 KiB default bounds static + dynamic: 16 KiB static and 40 KiB dynamic need it
+    (without it the launch fails with CUDA_ERROR_INVALID_VALUE; session 28 met it)."""
+    return dynamic > 0 and static + dynamic > DEFAULT_SHARED_LIMIT
+
+
 def _dispatch_slots(vm: VerifiedManifest, program: str, index: int, plan: MemoryPlan,
                     addr: Addresses) -> list[Slot]:
     d = vm.manifest.programs[program].dispatches[index]

@@ -90,7 +90,7 @@ def render_summary(vm: VerifiedManifest, plan: MemoryPlan,
                         if weights.unused_tensors else ""))
     else:
         lines.append("weights: none")
-    lines.append(f"programs: " + ", ".join(f"{n} ({len(p.dispatches)} dispatches)"
+    lines.append("programs: " + ", ".join(f"{n} ({len(p.dispatches)} dispatches)"
                                           for n, p in m.programs.items()))
     if graphs:
         lines.append(f"graphs captured: {len(graphs)}")

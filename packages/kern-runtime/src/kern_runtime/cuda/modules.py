@@ -9,6 +9,7 @@ import numpy as np
 from .. import errors
 from ..artifacts import CubinFile
 from ..errors import CudaError, KernelArtifactError
+from ..launchplan import needs_shared_optin
 from .driver import call, drv
 
 
@@ -79,12 +80,15 @@ class Modules:
         return int(call("cuFuncGetAttribute", A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func))
 
     def allow_dynamic_shared(self, func: Any, nbytes: int, where: str, device_limit: int) -> None:
-        """Raise the function's dynamic shared-memory limit to ``nbytes`` (needed above 48 KiB)."""
+        """Let ``func`` launch with ``nbytes`` of dynamic shared memory: its dynamic limit is
+        raised where :func:`~kern_runtime.launchplan.needs_shared_optin` says so."""
         static = self.static_shared(func)
         if static + nbytes > device_limit:
             raise KernelArtifactError(
                 f"needs {nbytes} B of dynamic shared memory on top of {static} B static; the "
                 f"device allows {device_limit} B per block", where=where)
+        if not needs_shared_optin(static, nbytes):
+            return
         A = drv().CUfunction_attribute
         call("cuFuncSetAttribute", func, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
              int(nbytes), where=where)
