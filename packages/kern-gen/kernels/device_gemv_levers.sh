@@ -58,6 +58,12 @@
 #   (siluw: session 28's SiLU GEMV with 2 or 4 warps a block instead of 8 (all 608 blocks
 #           resident at once); run in its c4 on an H100 and not adopted: 3.121 / 3.182 vs
 #           3.126 ms/token, the GEMMs alone 2.882 / 2.862 vs 2.810)
+#   siluearly  session 28's lever, built and not yet run: gemv.cu with -D KERN_GEMV_SILU_EARLY=1
+#           (the SiLU GEMV triggering right after its wait, so that down launches once
+#           gate_up's last wave has started; ~3 us of down's wait in the timeline): its GPU
+#           tests (the build's bits, the PDL chain into down over NaN-poisoned inputs), then
+#           kern-run bench of both models against the examples, PDL off/on, tokens compared
+#           (the bits are the build's, so identical)            -> $OUT/siluearly*.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -137,6 +143,20 @@ for step in "${STEPS[@]}"; do
       KERN_KERNELS_CUBINS=/tmp/own timeout 300 python3 $KD/probe_attn_cluster.py \
         > "$OUT/attnsplits.txt" 2>&1 || rc=1
       tail -16 "$OUT/attnsplits.txt" ;;
+    siluearly)
+      KERN_KERNELS_CUBINS=/tmp/own timeout 120 python3 -m pytest -q -m gpu \
+        $K/test_gemv_silu_early_gpu.py > "$OUT/siluearly_tests.txt" 2>&1 || rc=1
+      echo "silu-early GPU tests: $(tail -n 1 "$OUT/siluearly_tests.txt")"
+      lev llama-siluearly python3 $KD/variant_lever.py /tmp/lev/llama-siluearly --preset llama \
+        -D KERN_GEMV_SILU_EARLY=1 &
+      lev qwen3-siluearly python3 $KD/variant_lever.py /tmp/lev/qwen3-siluearly --preset qwen3 \
+        -D KERN_GEMV_SILU_EARLY=1 &
+      wait
+      timeout 300 python3 -m kern_run.cli bench --case smollm2 --random-weights \
+        --lever smollm2:siluearly=/tmp/lev/llama-siluearly --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:siluearly=/tmp/lev/qwen3-siluearly --no-baseline \
+        > "$OUT/siluearly_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/siluearly_bench.txt" | grep -v shards | tail -16 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

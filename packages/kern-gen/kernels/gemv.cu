@@ -72,6 +72,17 @@
 // no-ops without PDL.
 #include "gemv_core.cuh"
 
+// Lever build only (-D KERN_GEMV_SILU_EARLY=1, 0 in the build): kern_gemv_silu_bf16 lets its
+// dependents launch right after its wait.  Its dependent in decode is the down GEMV, which
+// otherwise launches only when gate_up's last block ends its main loop: gate_up's 608 blocks
+// run in ~2.3 waves, and down's wait then returns ~3 us after gate_up's last store instead of
+// ~1 us (H100, probe_gemv_timeline.py, session 28).  Early, down launches once gate_up's last
+// wave has started and its blocks take the SMs gate_up's tail leaves, requesting their first
+// W batch there.  The bits are the build's (the trigger moves no arithmetic).
+#ifndef KERN_GEMV_SILU_EARLY
+#define KERN_GEMV_SILU_EARLY 0
+#endif
+
 template <bool kEarly>
 __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w,
@@ -107,7 +118,8 @@ kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     if (n0 >= n || m0 >= m) return;                // block-uniform
     // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
-    gemv_tiles<2>(a, w, m, k, base, lim, m0, red, NoNorm{});
+    gemv_tiles<2, NoNorm, KERN_GEMV_SILU_EARLY != 0>(a, w, m, k, base, lim, m0, red,
+                                                     NoNorm{});
     store_silu(red, c, m, n, m0, n0);
     KERN_TL_RECORD(w);
 }

@@ -33,3 +33,16 @@ def test_trigger_positions(src):
         f = sass.pdl_facts(cubin, sym)
         assert f.triggers_after_wait and f.trigger_at is not None, sym
         assert (f.trigger_at - f.wait <= NEAR) == (sym == EARLY[src]), (sym, f)
+
+
+def test_the_silu_early_lever_build_moves_only_the_silu_trigger():
+    """``-D KERN_GEMV_SILU_EARLY=1`` (gemv.cu, a lever): kern_gemv_silu_bf16 triggers within a
+    few instructions of its wait, the others where the build has them; ``=0`` is the build."""
+    cubin = _own_kernels_gpu.cubin_bytes("gemv.cu", ("KERN_GEMV_SILU_EARLY=1",))
+    for sym in (*LATE["gemv.cu"], EARLY["gemv.cu"]):
+        f = sass.pdl_facts(cubin, sym)
+        assert f.triggers_after_wait and f.trigger_at is not None, sym
+        early = sym in (EARLY["gemv.cu"], "kern_gemv_silu_bf16")
+        assert (f.trigger_at - f.wait <= NEAR) == early, (sym, f)
+    assert (_own_kernels_gpu.cubin_bytes("gemv.cu", ("KERN_GEMV_SILU_EARLY=0",))
+            == _own_kernels_gpu.cubin_bytes("gemv.cu"))
