@@ -63,7 +63,8 @@
 #           gate_up's last wave has started; ~3 us of down's wait in the timeline): its GPU
 #           tests (the build's bits, the PDL chain into down over NaN-poisoned inputs), then
 #           kern-run bench of both models against the examples, PDL off/on, tokens compared
-#           (the bits are the build's, so identical)            -> $OUT/siluearly*.txt
+#           (the bits are the build's, so identical); then the Qwen3 timeline on a build
+#           with both switches (compare down's wait with `timeline`)  -> $OUT/siluearly*.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -156,7 +157,12 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:siluearly=/tmp/lev/llama-siluearly --case qwen3 --qwen3 examples/qwen3-4b \
         --lever qwen3:siluearly=/tmp/lev/qwen3-siluearly --no-baseline \
         > "$OUT/siluearly_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/siluearly_bench.txt" | grep -v shards | tail -16 ;;
+      grep -v "^bench:" "$OUT/siluearly_bench.txt" | grep -v shards | tail -16
+      # the timeline of the GEMM chain with the early SiLU GEMV: does down's wait shrink?
+      [ -f /tmp/own_tlse/gemv.cubin ] || python3 $KD/build.py /tmp/own_tlse -D KERN_GEMV_TIMELINE=1 \
+        -D KERN_GEMV_SILU_EARLY=1 > /tmp/kern-build-tlse.txt 2>&1 || { tail /tmp/kern-build-tlse.txt; rc=1; }
+      timeout 120 python3 $KD/probe_gemv_timeline.py /tmp/own_tlse --model qwen3 2>&1 \
+        | tee "$OUT/siluearly_timeline.txt" || rc=1 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
