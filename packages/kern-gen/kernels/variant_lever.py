@@ -5,7 +5,7 @@ kernels, plan, README).  For measuring a compile-time switch of an own kernel en
 (``kern-run bench --lever CASE:LABEL=OUT``) before it becomes the build's default.
 
     python3 packages/kern-gen/kernels/variant_lever.py OUT --preset qwen3 \\
-        -D NAME=VALUE [--gemm splitk]
+        -D NAME=VALUE [--gemm splitk] [--set gemm_stream.CLUSTERS=30]
 
 (Session 23's ``-D KERN_GEMV_PREWAIT=1`` was measured this way and became the code in
 session 24.)
@@ -28,7 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=("llama", "qwen3"), required=True)
     ap.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--gemm", default=None, help="kern-gen --gemm (default: its default)")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=INT",
+                    help="an integer constant of a kern_gen.llama module for this lever only "
+                         "(e.g. gemm_stream.CLUSTERS=30, with -D KERN_STREAM_CLUSTER=4 and "
+                         "gemm_stream.CLUSTER=4)")
     args = ap.parse_args(argv)
+    import importlib
+    for item in args.set:
+        name, _, value = item.partition("=")
+        module, _, const = name.rpartition(".")
+        mod = importlib.import_module(f"kern_gen.llama.{module}")
+        if not hasattr(mod, const):
+            ap.error(f"--set {item}: kern_gen.llama.{module} has no {const}")
+        setattr(mod, const, int(value))
 
     from kern_gen.llama import generate
     from kern_gen.llama.command import PRESETS
@@ -36,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     own = _build_own(None, defines=tuple(args.define))
     cap, cfg, _, label = PRESETS[args.preset]
-    flags = " ".join(f"-D {d}" for d in args.define)
+    flags = " ".join([*(f"-D {d}" for d in args.define), *(f"--set {x}" for x in args.set)])
     gemm = {"gemm": args.gemm} if args.gemm else {}
     command = (f"python3 packages/kern-gen/kernels/variant_lever.py OUT --preset {args.preset} "
                f"{flags}" + (f" --gemm {args.gemm}" if args.gemm else ""))
