@@ -5,7 +5,7 @@ kernels, plan, README).  For measuring a compile-time switch of an own kernel en
 (``kern-run bench --lever CASE:LABEL=OUT``) before it becomes the build's default.
 
     python3 packages/kern-gen/kernels/variant_lever.py OUT --preset qwen3 \\
-        -D NAME=VALUE [--gemm splitk] [--set gemm_stream.CLUSTERS=30]
+        -D NAME=VALUE [--gemm splitk] [--set gemm_splitk.MIN_BYTES=0]
 
 (Session 23's ``-D KERN_GEMV_PREWAIT=1`` was measured this way and became the code in
 session 24.)
@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemm", default=None, help="kern-gen --gemm (default: its default)")
     ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=INT",
                     help="an integer constant of a kern_gen.llama module for this lever only "
-                         "(e.g. gemm_stream.CLUSTERS=30, with -D KERN_STREAM_CLUSTER=4 and "
-                         "gemm_stream.CLUSTER=4)")
+                         "(e.g. gemm_splitk.MIN_BYTES=0; session 29 set the removed stream "
+                         "GEMV's cluster count this way)")
     args = ap.parse_args(argv)
     import importlib
     for item in args.set:

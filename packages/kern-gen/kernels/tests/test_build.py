@@ -132,7 +132,7 @@ def test_example_steps_match_cubin_layouts(built):
             if sym in ROPE_KV_PARAMS:       # ABI.md 3d/3e, not in the example
                 assert cub.param_layout(sym) == layout(ROPE_KV_PARAMS[sym]), sym
                 continue
-            if sym in TMA_TWINS:            # ABI.md 4, 4d/4f/4h: the parameters of its gemv.cu kernel
+            if sym in TMA_TWINS:            # ABI.md 4, 4d/4f: the parameters of its gemv.cu kernel
                 gemv = Cubin.read(out / "gemv.cubin")
                 assert cub.param_layout(sym) == gemv.param_layout(TMA_TWINS[sym]), sym
                 continue
@@ -184,9 +184,7 @@ TMA_TWINS = {"kern_gemv_et_bf16": "kern_gemv_bf16",      # ABI.md 4: its early-t
              "kern_gemv_tma_bf16": "kern_gemv_bf16", "kern_gemv_tma_silu_bf16":
              "kern_gemv_silu_bf16", "kern_gemv_tma_split3_bf16": "kern_gemv_split3_bf16",
              **{f"kern_gemv_{v}sk{s}_bf16": f"kern_gemv_{v}bf16"
-                for s in (2, 4, 8) for v in ("", "silu_")},
-             **{f"kern_gemv_stream_{v}bf16": f"kern_gemv_{w}bf16"      # ABI.md 4h
-                for v, w in (("", ""), ("et_", ""), ("silu_", "silu_"))}}
+                for s in (2, 4, 8) for v in ("", "silu_")}}
 
 FUSED_GEMV_PARAMS = {
     "kern_gemv_silu_bf16": ["in buffer<bf16>", "in buffer<bf16>", "out buffer<bf16>", "i32",

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import gemm_splitk as SK
-from . import gemm_stream as ST
 from .errors import WiringError
 from .ir import TOK, Op, Ref
 from .programs import FEW_ROWS, GEMV_GEMMS
@@ -48,8 +47,7 @@ ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS}
 DEFAULT_ACC = "gemv"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 EARLY_TWINS = {(GEMV_CUBIN, GEMV_SYMBOL): "kern_gemv_et_bf16",
-               ("gemv_norm.cubin", "kern_gemv_rnorm_bf16"): "kern_gemv_rnorm_et_bf16",
-               (ST.STREAM_CUBIN, ST.SYMBOLS["gemm"]): ST.ET_SYMBOL}
+               ("gemv_norm.cubin", "kern_gemv_rnorm_bf16"): "kern_gemv_rnorm_et_bf16"}
 """(cubin, symbol) -> its twin in the same cubin with the same contract and bits whose
 dependents launch right after its wait: the assembler's choice for a GEMV right before a
 step that reads before its own wait (:func:`.pdl_order.early_triggers`)."""
@@ -169,13 +167,12 @@ def splitk_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, An
     return {"steps": [st]}, f"own `{SK.symbol(s, False)}` (k in {s} splits, {nw} warps)"
 
 
-OWN_GEMV = ("gemv", "tma", "splitk", "stream")
+OWN_GEMV = ("gemv", "tma", "splitk")
 """The impls that are kern's own GEMV (16-byte alignment checks; the fused variants)."""
 
 GemmImpl = Callable[["Assembler", Any, int, int], "tuple[dict[str, Any], str]"]
 GEMM_IMPLS: dict[str, GemmImpl] = {"cublaslt": cublaslt_impl, "gemv": gemv_impl,
-                                   "tma": tma_impl, "splitk": splitk_impl,
-                                   "stream": ST.stream_impl}
+                                   "tma": tma_impl, "splitk": splitk_impl}
 """``--gemm`` choice -> (assembler, rows, n, k) -> (impl, report source) of a few-row
 program's GEMM kernel; the wide programs' ``gemm`` is always ``cublaslt``."""
 
@@ -272,9 +269,6 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
-    elif ST.used(asm, n, k):
-        st = ST.stream_step(asm, "silu", PARAMS, rows)
-        how = f"own `{ST.SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, work split evenly)"
     elif s > 1:
         nw = gemv_warps(2 * n, k)
         st = SK.splitk_step(asm, s, True, PARAMS, n, nw, rows)

@@ -100,17 +100,13 @@ def _gemm_line(impl: str, fused: bool = False) -> str:
     per_shape = ("the few-row programs' GEMMs (decode, verify: one kernel per shape, "
                  "`decode.gemm.<n>x<k>` / `verify.gemm.<n>x<k>`)")
     wide = "those of prefill and batch (kernel `gemm`)"
-    if impl in ("gemv", "tma", "splitk", "stream"):
+    if impl in ("gemv", "tma", "splitk"):
         own = ("kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4; grid and block per "
                "shape)" if impl == "gemv" else
                "kern's own `kern_gemv_bf16` (`kernels/gemv.cu`, ABI.md 4), with k split over "
                "a thread-block cluster (`kern_gemv[_silu]_sk{S}_bf16`, `kernels/gemv_splitk.cu`, "
                "ABI.md 4f) for the shapes whose 16-column blocks would leave SMs idle "
                "(`kern_gen/llama/gemm_splitk.py`)" if impl == "splitk" else
-               "kern's own `kern_gemv_stream[_silu]_bf16` (`kernels/gemv_stream.cu`, ABI.md "
-               "4h; each GEMM's work split evenly over a persistent grid of clusters) where "
-               "its layout holds the shape (`kern_gen/llama/gemm_stream.py`), `kern_gemv_bf16` "
-               "(`kernels/gemv.cu`) elsewhere" if impl == "stream" else
                "kern's own bulk-copy GEMV `kern_gemv_tma_bf16` (`kernels/gemv_tma.cu`, ABI.md "
                "4d; a persistent grid, W streamed through shared-memory stages) in the "
                "one-row programs and `kern_gemv_bf16` (`kernels/gemv.cu`) in the multi-row "
