@@ -58,13 +58,19 @@
 #   (siluw: session 28's SiLU GEMV with 2 or 4 warps a block instead of 8 (all 608 blocks
 #           resident at once); run in its c4 on an H100 and not adopted: 3.121 / 3.182 vs
 #           3.126 ms/token, the GEMMs alone 2.882 / 2.862 vs 2.810)
-#   siluearly  session 28's lever, built and not yet run: gemv.cu with -D KERN_GEMV_SILU_EARLY=1
-#           (the SiLU GEMV triggering right after its wait, so that down launches once
-#           gate_up's last wave has started; ~3 us of down's wait in the timeline): its GPU
-#           tests (the build's bits, the PDL chain into down over NaN-poisoned inputs), then
-#           kern-run bench of both models against the examples, PDL off/on, tokens compared
-#           (the bits are the build's, so identical); then the Qwen3 timeline on a build
-#           with both switches (compare down's wait with `timeline`)  -> $OUT/siluearly*.txt
+#   (siluearly: session 28's -D KERN_GEMV_SILU_EARLY=1, the SiLU GEMV triggering right after
+#           its wait; run in session 29's c1 on an H100: SmolLM2 0.545 -> 0.525 ms/token,
+#           Qwen3 3.118 -> 3.141 (down's wait 3.07 -> 0.77 us, gate_up's tail 4 us longer);
+#           the switch became the entry point kern_gemv_silu_et_bf16, see smallearly)
+#   smallearly  session 29's rule (kern_gen/llama/pdl_order.py small_early_triggers): every
+#           decode GEMV under 16 MiB of weight launches its early-trigger twin (SmolLM2's
+#           layer GEMVs; none of Qwen3's).  Its GPU tests (test_gemv_silu_et_gpu.py), then
+#           kern-run bench of SmolLM2 against the example from before the rule, PDL off/on,
+#           tokens compared (the bits are the same): early = the rule, all = every decode
+#           GEMV including the lm_head.  Lever folders made on the CPU machine (untracked):
+#             kern-gen llama --out lev_early/llama
+#             variant_lever.py lev_early/llama-all --preset llama \
+#               --set pdl_order.SMALL_EARLY_BYTES=1099511627776      -> $OUT/smallearly*.txt
 #   (stream: session 29's kern-gen --gemm stream, gemv_stream.cu: each layer GEMV's work
 #           split evenly over a persistent grid of 2- or 4-block clusters, tiles split between
 #           a cluster's blocks summed over DSMEM; run in its c2/c3 on an H100 and removed
@@ -150,25 +156,17 @@ for step in "${STEPS[@]}"; do
       KERN_KERNELS_CUBINS=/tmp/own timeout 300 python3 $KD/probe_attn_cluster.py \
         > "$OUT/attnsplits.txt" 2>&1 || rc=1
       tail -16 "$OUT/attnsplits.txt" ;;
-    siluearly)
+    smallearly)
+      for d in llama llama-all; do
+        [ -f lev_early/$d/manifest.json ] || { echo "lev_early/$d missing (see the header)"; exit 2; }
+      done
       KERN_KERNELS_CUBINS=/tmp/own timeout 120 python3 -m pytest -q -m gpu \
-        $K/test_gemv_silu_early_gpu.py > "$OUT/siluearly_tests.txt" 2>&1 || rc=1
-      echo "silu-early GPU tests: $(tail -n 1 "$OUT/siluearly_tests.txt")"
-      lev llama-siluearly python3 $KD/variant_lever.py /tmp/lev/llama-siluearly --preset llama \
-        -D KERN_GEMV_SILU_EARLY=1 &
-      lev qwen3-siluearly python3 $KD/variant_lever.py /tmp/lev/qwen3-siluearly --preset qwen3 \
-        -D KERN_GEMV_SILU_EARLY=1 &
-      wait
+        $K/test_gemv_silu_et_gpu.py > "$OUT/smallearly_tests.txt" 2>&1 || rc=1
+      echo "silu_et GPU tests: $(tail -n 1 "$OUT/smallearly_tests.txt")"
       timeout 300 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:siluearly=/tmp/lev/llama-siluearly --case qwen3 --qwen3 examples/qwen3-4b \
-        --lever qwen3:siluearly=/tmp/lev/qwen3-siluearly --no-baseline \
-        > "$OUT/siluearly_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/siluearly_bench.txt" | grep -v shards | tail -16
-      # the timeline of the GEMM chain with the early SiLU GEMV: does down's wait shrink?
-      [ -f /tmp/own_tlse/gemv.cubin ] || python3 $KD/build.py /tmp/own_tlse -D KERN_GEMV_TIMELINE=1 \
-        -D KERN_GEMV_SILU_EARLY=1 > /tmp/kern-build-tlse.txt 2>&1 || { tail /tmp/kern-build-tlse.txt; rc=1; }
-      timeout 120 python3 $KD/probe_gemv_timeline.py /tmp/own_tlse --model qwen3 2>&1 \
-        | tee "$OUT/siluearly_timeline.txt" || rc=1 ;;
+        --lever smollm2:early=lev_early/llama --lever smollm2:all=lev_early/llama-all \
+        --no-baseline > "$OUT/smallearly_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/smallearly_bench.txt" | grep -v shards | tail -10 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

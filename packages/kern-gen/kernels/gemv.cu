@@ -61,6 +61,10 @@
 //     kern_gen/llama/pdl_order.py).  Every other GEMV keeps the late trigger: triggering all
 //     of them early gained nothing in decode and slowed the DSpark round (H100, session 25:
 //     4.597 -> 4.646 ms, docs/measurements.md).
+//   kern_gemv_silu_et_bf16: kern_gemv_silu_bf16's contract and bits, triggering right after
+//     its wait.  kern-gen gives it (and kern_gemv_et_bf16) to a decode GEMV whose weight is
+//     small enough to be latency-bound (kern_gen/llama/pdl_order.py small_early_triggers):
+//     the next GEMV then launches and streams its first W batch while this one runs.
 //   All compute every dot product exactly as kern_gemv_bf16 with the same NW does.
 //
 // The RMSNorm variants that share this main loop are in gemv_norm.cu (ABI.md 4e).
@@ -71,17 +75,6 @@
 // A is read and C written only after it; `launch_dependents` follows the main loop.  Both are
 // no-ops without PDL.
 #include "gemv_core.cuh"
-
-// Lever build only (-D KERN_GEMV_SILU_EARLY=1, 0 in the build): kern_gemv_silu_bf16 lets its
-// dependents launch right after its wait.  Its dependent in decode is the down GEMV, which
-// otherwise launches only when gate_up's last block ends its main loop: gate_up's 608 blocks
-// run in ~2.3 waves, and down's wait then returns ~3 us after gate_up's last store instead of
-// ~1 us (H100, probe_gemv_timeline.py, session 28).  Early, down launches once gate_up's last
-// wave has started and its blocks take the SMs gate_up's tail leaves, requesting their first
-// W batch there.  The bits are the build's (the trigger moves no arithmetic).
-#ifndef KERN_GEMV_SILU_EARLY
-#define KERN_GEMV_SILU_EARLY 0
-#endif
 
 template <bool kEarly>
 __device__ __forceinline__ void gemv_plain(const __nv_bfloat16* a,
@@ -109,19 +102,31 @@ kern_gemv_et_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
     gemv_plain<true>(a, w, c, m, n, k);
 }
 
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
-kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
-                    __nv_bfloat16* c, int m, int n, int k) {
+template <bool kEarly>
+__device__ __forceinline__ void gemv_silu(const __nv_bfloat16* a,
+                                          const __nv_bfloat16* __restrict__ w,
+                                          __nv_bfloat16* c, int m, int n, int k) {
     __shared__ float red[kMaxWarps][2][kRows][kCols];
     check_launch(a, w, k);
     const int n0 = blockIdx.x * kCols, m0 = blockIdx.y * kRows;
     if (n0 >= n || m0 >= m) return;                // block-uniform
     // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
-    gemv_tiles<2, NoNorm, KERN_GEMV_SILU_EARLY != 0>(a, w, m, k, base, lim, m0, red,
-                                                     NoNorm{});
+    gemv_tiles<2, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_silu(red, c, m, n, m0, n0);
     KERN_TL_RECORD(w);
+}
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                    __nv_bfloat16* c, int m, int n, int k) {
+    gemv_silu<false>(a, w, c, m, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+kern_gemv_silu_et_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
+                       __nv_bfloat16* c, int m, int n, int k) {
+    gemv_silu<true>(a, w, c, m, n, k);
 }
 
 extern "C" __global__ void KERN_GEMV_BOUNDS_T1

@@ -25,6 +25,7 @@ from kern_gen.llama import WiringError, generate
 from kern_gen.llama.command import PRESETS
 from kern_gen.llama.gemm import GEMV_COLS, PARAMS, gemv_warps
 from kern_gen.llama.ir import TOK
+from kern_gen.llama.pdl_order import SMALL_EARLY_BYTES
 from kern_gen.llama.pipeline import _build_own
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -128,7 +129,10 @@ def test_gemv_steps_follow_the_abi(variants, name, gemv_cubin):
         assert sc["symbol"] == "extern:cublaslt_bf16_tn" and "cubin" not in sc
         (st,) = kern["impl"]["steps"]
         gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
-        assert st == {"symbol": "kern_gemv_bf16", "cubin": "gemv.cubin", "sha256": sha,
+        # decode's GEMVs under 16 MiB trigger early (pdl_order.small_early_triggers)
+        small = m.group(1) == "decode" and 2 * n * kk < SMALL_EARLY_BYTES
+        assert st == {"symbol": "kern_gemv_et_bf16" if small else "kern_gemv_bf16",
+                      "cubin": "gemv.cubin", "sha256": sha,
                       "params": PARAMS, "block": [32 * gemv_warps(n, kk), 1, 1],
                       "grid": [-(-n // GEMV_COLS), gy, 1], "pdl": True,
                       "args": [{"arg": i} for i in range(6)]}, k
@@ -183,7 +187,9 @@ def test_fused_variant_saves_launches_and_follows_the_abi(variants, name, gemv_c
         gy = 1 if m.group(1) == "decode" else {"ceil_div": [TOK, 8]}
         if m.group(2) == "silu":
             (n,) = widths
-            want = ("kern_gemv_silu_bf16", PARAMS, gemv_warps(2 * n, kk), -(-n // GEMV_COLS), 6)
+            small = m.group(1) == "decode" and 4 * n * kk < SMALL_EARLY_BYTES   # gate + up rows
+            want = ("kern_gemv_silu_et_bf16" if small else "kern_gemv_silu_bf16", PARAMS,
+                    gemv_warps(2 * n, kk), -(-n // GEMV_COLS), 6)
         else:
             assert len(widths) == 3 and widths[0] % 16 == widths[1] % 16 == 0
             n = sum(widths)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kern_gen.llama import sass
-from kern_gen.llama.pdl_order import early_triggers, order_problems
+from kern_gen.llama.pdl_order import (SMALL_EARLY_BYTES, early_triggers, order_problems,
+                                      small_early_triggers)
 
 ROOT = Path(__file__).resolve().parents[3]
 KERNELS = ROOT / "examples" / "smollm2-135m" / "kernels"
@@ -116,18 +117,60 @@ def test_no_other_kernel_is_named(prev, reader, extra):
     assert early(prev, reader, extra) == {}
 
 
+SILU = ("gemv.cubin", "kern_gemv_silu_bf16")
+SMALL_TWINS = {GEMV: "kern_gemv_et_bf16", SILU: "kern_gemv_silu_et_bf16"}
+ROWS = {GEMV[1]: 1, SILU[1]: 2}
+
+
+def small(program: str, step: dict, n: int, k: int) -> dict[str, str]:
+    """small_early_triggers over one program with one GEMV dispatch ``[a, w, c, m, n, k]``."""
+    kernels = {"g": {"impl": {"steps": [step]}}}
+    args = [{"buf": "x"}, {"buf": "w"}, {"buf": "y"}, {"i32": 1}, {"i32": n}, {"i32": k}]
+    return small_early_triggers({program: {"dispatches": [{"kernel": "g", "args": args}]}},
+                                kernels, SMALL_TWINS, ROWS)
+
+
+def test_a_small_decode_gemv_triggers_early():
+    """SmolLM2's down (576 x 1536, 1.7 MB) and its gate/up pair (2 x 1536 x 576)."""
+    assert small("decode", {"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}, 576, 1536) \
+        == {"g": "kern_gemv_et_bf16"}
+    assert small("decode", {"symbol": SILU[1], "cubin": SILU[0], "pdl": True}, 1536, 576) \
+        == {"g": "kern_gemv_silu_et_bf16"}
+
+
+@pytest.mark.parametrize("program, step, n, k", [
+    ("decode", {"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}, 2560, 4096),   # Qwen3 o
+    ("decode", {"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True},
+     SMALL_EARLY_BYTES // 2 // 1024, 1024),                                     # at the bound
+    ("decode", {"symbol": SILU[1], "cubin": SILU[0], "pdl": True},
+     SMALL_EARLY_BYTES // 4 // 1024, 1024),                  # gate + up rows reach the bound
+    ("verify", {"symbol": GEMV[1], "cubin": GEMV[0], "pdl": True}, 576, 1536),
+    ("decode", {"symbol": GEMV[1], "cubin": GEMV[0]}, 576, 1536),              # no PDL
+    ("decode", {"symbol": "late_trigger", "cubin": "gemv.cubin", "pdl": True}, 576, 1536),
+], ids=["large", "at-bound", "silu-at-bound", "verify", "no-pdl", "no-twin"])
+def test_no_other_gemv_triggers_early_for_its_size(program, step, n, k):
+    assert small(program, step, n, k) == {}
+
+
+EARLY_SYMBOLS = ("kern_gemv_et_bf16", "kern_gemv_silu_et_bf16")
+
+
 @pytest.mark.parametrize("example", ["smollm2-135m", "qwen3-4b", "smollm2-135m-dspark",
                                      "qwen3-4b-dspark"])
-def test_the_examples_trigger_early_only_before_the_decode_attention(example):
-    """Only the kernel of the qkv GEMVs: each decode layer's attention follows one."""
+def test_the_examples_trigger_early_before_the_attention_and_where_small(example):
+    """The Qwen3-4B shape: only the qkv GEMVs (each decode layer's attention follows one; in
+    layer 0 the rope angles come between).  SmolLM2: every layer GEMV of decode (all under 16
+    MiB), not its lm_head (57 MB) and nothing outside decode."""
     import json
     m = json.loads((ROOT / "examples" / example / "manifest.json").read_text())
     et = {n for n, k in m["kernels"].items()
-          if any(s["symbol"] == "kern_gemv_et_bf16" for s in k["impl"]["steps"])}
-    assert et, "no GEMV triggers early"
+          if any(s["symbol"] in EARLY_SYMBOLS for s in k["impl"]["steps"])}
     disp = m["programs"]["decode"]["dispatches"]
-    after = [disp[i + 1]["kernel"] for i, d in enumerate(disp) if d["kernel"] in et]
-    # each layer's qkv GEMV; in layer 0 the rope angles come between it and the attention
-    assert after.count("decode.rope_attention") == len(after) - 1, after
-    assert set(after) == {"decode.rope_attention", "rope_angles.2"}, after
-
+    gemvs = {d["kernel"] for d in disp if ".gemm" in d["kernel"]}
+    if example.startswith("qwen3"):
+        after = [disp[i + 1]["kernel"] for i, d in enumerate(disp) if d["kernel"] in et]
+        assert after.count("decode.rope_attention") == len(after) - 1, after
+        assert set(after) == {"decode.rope_attention", "rope_angles.2"}, after
+        assert et == {"decode.gemm.6144x2560"}
+    else:
+        assert et == gemvs - {"decode.gemm.49152x576"}, sorted(et)

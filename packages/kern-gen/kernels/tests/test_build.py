@@ -181,6 +181,7 @@ ROPE_KV_PARAMS = {
 # The fused and accumulating GEMVs (ABI.md 4a, 4b, 4c) exactly as kern-gen emits them
 # (kern_gen.llama.gemm).
 TMA_TWINS = {"kern_gemv_et_bf16": "kern_gemv_bf16",      # ABI.md 4: its early-trigger twin
+             "kern_gemv_silu_et_bf16": "kern_gemv_silu_bf16",
              "kern_gemv_tma_bf16": "kern_gemv_bf16", "kern_gemv_tma_silu_bf16":
              "kern_gemv_silu_bf16", "kern_gemv_tma_split3_bf16": "kern_gemv_split3_bf16",
              **{f"kern_gemv_{v}sk{s}_bf16": f"kern_gemv_{v}bf16"

@@ -1,6 +1,6 @@
-"""Where the GEMVs let their dependents launch (CPU, needs nvcc): ``kern_gemv_et_bf16`` and
-``kern_gemv_rnorm_et_bf16`` within a few instructions of their wait (SASS PREEXIT after
-ACQBULK), every other gemv.cu and gemv_norm.cu kernel after its main loop; all after the
+"""Where the GEMVs let their dependents launch (CPU, needs nvcc): ``kern_gemv_et_bf16``,
+``kern_gemv_silu_et_bf16`` and ``kern_gemv_rnorm_et_bf16`` within a few instructions of their
+wait (SASS PREEXIT after ACQBULK), every other gemv.cu and gemv_norm.cu kernel after its main loop; all after the
 wait, the fact kern_gen.llama.pdl_order needs from the predecessor of a step that reads
 before its own wait.  (That the twins compute kern_gemv_bf16's and kern_gemv_rnorm_bf16's
 bits are GPU tests: test_gemv_gpu.py, test_gemv_norm_gpu.py.)"""
@@ -21,7 +21,8 @@ LATE = {"gemv.cu": ("kern_gemv_bf16", "kern_gemv_silu_bf16", "kern_gemv_acc_bf16
                     "kern_gemv_split3_bf16"),
         "gemv_norm.cu": ("kern_gemv_norm_bf16", "kern_gemv_rnorm_bf16",
                          "kern_gemv_rnorm_silu_bf16", "kern_gemv_res_bf16")}
-EARLY = {"gemv.cu": "kern_gemv_et_bf16", "gemv_norm.cu": "kern_gemv_rnorm_et_bf16"}
+EARLY = {"gemv.cu": ("kern_gemv_et_bf16", "kern_gemv_silu_et_bf16"),
+         "gemv_norm.cu": ("kern_gemv_rnorm_et_bf16",)}
 NEAR = 16
 """most instructions between the wait and an early trigger (the build's: 8)"""
 
@@ -29,20 +30,7 @@ NEAR = 16
 @pytest.mark.parametrize("src", list(EARLY))
 def test_trigger_positions(src):
     cubin = _own_kernels_gpu.cubin_bytes(src)
-    for sym in (*LATE[src], EARLY[src]):
+    for sym in (*LATE[src], *EARLY[src]):
         f = sass.pdl_facts(cubin, sym)
         assert f.triggers_after_wait and f.trigger_at is not None, sym
-        assert (f.trigger_at - f.wait <= NEAR) == (sym == EARLY[src]), (sym, f)
-
-
-def test_the_silu_early_lever_build_moves_only_the_silu_trigger():
-    """``-D KERN_GEMV_SILU_EARLY=1`` (gemv.cu, a lever): kern_gemv_silu_bf16 triggers within a
-    few instructions of its wait, the others where the build has them; ``=0`` is the build."""
-    cubin = _own_kernels_gpu.cubin_bytes("gemv.cu", ("KERN_GEMV_SILU_EARLY=1",))
-    for sym in (*LATE["gemv.cu"], EARLY["gemv.cu"]):
-        f = sass.pdl_facts(cubin, sym)
-        assert f.triggers_after_wait and f.trigger_at is not None, sym
-        early = sym in (EARLY["gemv.cu"], "kern_gemv_silu_bf16")
-        assert (f.trigger_at - f.wait <= NEAR) == early, (sym, f)
-    assert (_own_kernels_gpu.cubin_bytes("gemv.cu", ("KERN_GEMV_SILU_EARLY=0",))
-            == _own_kernels_gpu.cubin_bytes("gemv.cu"))
+        assert (f.trigger_at - f.wait <= NEAR) == (sym in EARLY[src]), (sym, f)

@@ -39,7 +39,8 @@ from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITION
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
-from .pdl_order import early_triggers, order_problems
+from . import pdl_order
+from .pdl_order import early_triggers, order_problems, small_early_triggers
 from kern_manifest.contract import PAGE_TOKENS
 
 
@@ -250,11 +251,16 @@ class Assembler:
         }
 
     def _trigger_early(self, progs: dict[str, Any]) -> None:
-        """The GEMV kernels right before a step that reads before its wait launch their
-        early-trigger twin (:func:`.pdl_order.early_triggers`): same params and bits."""
-        twins = early_triggers(progs, self.kernels, self.state_first,
-                               lambda f, s: self._facts[(f, s)], G.EARLY_TWINS)
-        for name, twin in sorted(twins.items()):
+        """GEMV kernels that launch their early-trigger twin (same params and bits): those
+        right before a step that reads before its wait (:func:`.pdl_order.early_triggers`)
+        and decode's small, latency-bound ones (:func:`.pdl_order.small_early_triggers`)."""
+        readers = early_triggers(progs, self.kernels, self.state_first,
+                                 lambda f, s: self._facts[(f, s)], G.EARLY_TWINS)
+        small = small_early_triggers(progs, self.kernels, G.EARLY_TWINS, G.WEIGHT_ROWS)
+        why = {**{n: f"under {pdl_order.SMALL_EARLY_BYTES >> 20} MiB of weight, so the next "
+                     f"kernel launches while it runs" for n in small},
+               **{n: "the next step reads before its own" for n in readers}}
+        for name, twin in sorted({**small, **readers}.items()):
             st = self.kernels[name]["impl"]["steps"][0]
             new = self.own_step(st["cubin"], twin, weights_first=True,
                                 **{k: v for k, v in st.items()
@@ -265,7 +271,7 @@ class Assembler:
             self.kernels[name] = {**self.kernels[name], "impl": {"steps": [new]}}
             self.sources[name] = self.sources[name].replace(
                 f"`{st['symbol']}`", f"`{twin}` (dependents launched right after its wait: "
-                f"the next step reads before its own)")
+                f"{why[name]})")
 
     def _inputs(self) -> None:
         """The caller contract's inputs and their domains, which the runtime checks on every

@@ -23,7 +23,8 @@ names the GEMV kernels that precede one, so the assembler gives them their early
 (gemv.cu's ``kern_gemv_et_bf16``, gemv_norm.cu's ``kern_gemv_rnorm_et_bf16``: same bits,
 the trigger right after the wait instead of after the main loop); every other GEMV keeps
 the late trigger (all GEMVs early slowed the DSpark round, docs/measurements.md, session
-25).  The early trigger is still after the wait, so the rule above holds for it."""
+25) except the small ones of :func:`small_early_triggers`.  The early trigger is still after
+the wait, so the rule above holds for it."""
 
 from __future__ import annotations
 
@@ -102,4 +103,35 @@ def early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
         twin = twins.get((p.get("cubin"), p["symbol"]))
         if p.get("pdl") and len(kernels[pd["kernel"]]["impl"]["steps"]) == 1 and twin:
             names[pd["kernel"]] = twin
+    return names
+
+
+SMALL_EARLY_PROGRAMS = ("decode",)
+SMALL_EARLY_BYTES = 16 << 20
+"""A GEMV in :data:`SMALL_EARLY_PROGRAMS` whose weight is under this many bytes triggers
+right after its wait (its early twin).  Such a GEMV is latency-bound (SmolLM2-135M's layer
+GEMVs, 0.6-3.5 MB, run a few µs each): its successor then launches at once and streams its
+first W batch while it runs.  The Qwen3-4B shape's layer GEMVs (21-100 MB) keep the late
+trigger: early triggers there gained nothing (sessions 25, 27; its SiLU GEMV early 3.141 vs
+3.118 ms/token, session 29 c1), where SmolLM2's SiLU GEMV alone early gave 0.545 -> 0.525."""
+
+
+def small_early_triggers(programs: dict[str, Any], kernels: dict[str, Any],
+                         twins: dict[tuple[str, str], str], weight_rows: dict[str, int]
+                         ) -> dict[str, str]:
+    """Kernel name -> its early twin for every one-step ``pdl`` GEMV of ``twins`` launched in
+    :data:`SMALL_EARLY_PROGRAMS` whose weight (``weight_rows[symbol]`` x n rows of k bf16,
+    n and k the dispatch's ``i32`` arguments 4 and 5) is under :data:`SMALL_EARLY_BYTES`."""
+    names: dict[str, str] = {}
+    for program in SMALL_EARLY_PROGRAMS:
+        for d in programs.get(program, {}).get("dispatches", []):
+            steps = kernels[d["kernel"]]["impl"]["steps"]
+            s = steps[0]
+            twin = twins.get((s.get("cubin"), s["symbol"]))
+            if len(steps) != 1 or not twin or not s.get("pdl") or s["symbol"] not in weight_rows:
+                continue
+            n, k = (d["args"][i].get("i32") for i in (4, 5))
+            if n is not None and k is not None and \
+                    2 * weight_rows[s["symbol"]] * n * k < SMALL_EARLY_BYTES:
+                names[d["kernel"]] = twin
     return names

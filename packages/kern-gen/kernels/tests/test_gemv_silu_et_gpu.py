@@ -1,15 +1,14 @@
-"""GPU tests of the SiLU GEMV's early-trigger lever build (gemv.cu with ``-D
-KERN_GEMV_SILU_EARLY=1``: kern_gemv_silu_bf16 lets its dependents launch right after its
-wait): the build's bits, and the decode chain gate_up + SiLU -> h -> down launched with PDL
-20 times over NaN-poisoned h and output (down starts while gate_up still streams and must
-wait for h).
+"""GPU tests of ``kern_gemv_silu_et_bf16`` (gemv.cu: kern_gemv_silu_bf16 letting its dependents
+launch right after its wait; kern-gen's choice for decode's small SiLU GEMVs, pdl_order
+``small_early_triggers``): kern_gemv_silu_bf16's bits, and the MLP chain gate_up + SiLU -> h
+-> down launched with PDL 20 times over NaN-poisoned h and output (down starts while gate_up
+still streams and must wait for h), on the Qwen3-4B and SmolLM2 shapes.
 
-Marked ``gpu``; skips without torch, cupy, a GPU or nvcc (the variant is built here).
+Marked ``gpu``; skips without torch, cupy, a GPU or nvcc / $KERN_KERNELS_CUBINS.
 """
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,21 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_gemv_gpu import GUARD, _inputs, env  # noqa: E402,F401
 
-SYMBOL = "kern_gemv_silu_bf16"
+SYMBOL = "kern_gemv_silu_et_bf16"
 
 
 @pytest.fixture(scope="module")
 def early(env):
-    """kern_gemv_silu_bf16 of the lever build."""
     torch, ok, kern = env
-    b = ok._build_module()
-    nvcc = b.find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (the variant is built here)")
-    import cupy
-    tmp = Path(tempfile.mkdtemp(prefix="kern-silu-early-"))
-    cubin = b.build_one(nvcc, b.HERE / "gemv.cu", tmp, defines=("KERN_GEMV_SILU_EARLY=1",))
-    return cupy.RawModule(path=str(cubin)).get_function(SYMBOL)
+    return kern.fn("gemv.cubin", SYMBOL)
 
 
 def _args(a, w, c, n):
@@ -60,38 +51,38 @@ def test_early_silu_has_the_build_bits(env, early, n, k, m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("hidden,inter", [(2560, 9728), (576, 1536)])
 @pytest.mark.parametrize("m", [1, 8])
-def test_early_silu_then_down_under_pdl(env, early, m):
-    """Qwen3-4B's MLP: x -> gate_up + SiLU (the lever, n 9728, k 2560) -> h -> down (the
-    build's kern_gemv_bf16, n 2560, k 9728) -> z, both with PDL: z has the bits of plain
-    launches."""
+def test_early_silu_then_down_under_pdl(env, early, m, hidden, inter):
+    """An MLP (Qwen3-4B's, SmolLM2's): x -> gate_up + SiLU (the early twin) -> h -> down
+    (kern_gemv_bf16) -> z, both with PDL: z has the bits of plain launches."""
     import _own_kernels_gpu as okg
     torch, ok, kern = env
     launch = okg.pdl_launcher()
     if launch is None:
         pytest.skip("no cuLaunchKernelEx")
     g = torch.Generator(device="cuda").manual_seed(m)
-    x = torch.randn((m, 2560), generator=g, device="cuda").to(torch.bfloat16)
-    w1 = (torch.randn((2 * 9728, 2560), generator=g, device="cuda") * 0.05).to(torch.bfloat16)
-    w2 = (torch.randn((2560, 9728), generator=g, device="cuda") * 0.05).to(torch.bfloat16)
-    h = torch.empty((m, 9728), dtype=torch.bfloat16, device="cuda")
-    z = torch.empty((m, 2560), dtype=torch.bfloat16, device="cuda")
-    w_up = ok.gemv_warps(2 * 9728, 2560)
+    x = torch.randn((m, hidden), generator=g, device="cuda").to(torch.bfloat16)
+    w1 = (torch.randn((2 * inter, hidden), generator=g, device="cuda") * 0.05).to(torch.bfloat16)
+    w2 = (torch.randn((hidden, inter), generator=g, device="cuda") * 0.05).to(torch.bfloat16)
+    h = torch.empty((m, inter), dtype=torch.bfloat16, device="cuda")
+    z = torch.empty((m, hidden), dtype=torch.bfloat16, device="cuda")
+    w_up = ok.gemv_warps(2 * inter, hidden)
     kern.gemv_silu(x, w1, h, w_up)
     kern.gemv(h, w2, z)
     torch.cuda.synchronize()
     want = z.clone()
     assert not torch.isnan(want).any()
     down = kern.fn("gemv.cubin", "kern_gemv_bf16")
-    w_down = ok.gemv_warps(2560, 9728)
+    w_down = ok.gemv_warps(hidden, inter)
     stream = torch.cuda.Stream()
     for _ in range(20):
         with torch.cuda.stream(stream):
             h.fill_(float("nan"))
             z.fill_(float("nan"))
-            launch(early, (9728 // 16, -(-m // 8), 1), (32 * w_up, 1, 1), 0,
-                   stream.cuda_stream, _args(x, w1, h, 9728))
-            launch(down, (2560 // 16, -(-m // 8), 1), (32 * w_down, 1, 1), 0,
-                   stream.cuda_stream, _args(h, w2, z, 2560))
+            launch(early, (-(-inter // 16), -(-m // 8), 1), (32 * w_up, 1, 1), 0,
+                   stream.cuda_stream, _args(x, w1, h, inter))
+            launch(down, (-(-hidden // 16), -(-m // 8), 1), (32 * w_down, 1, 1), 0,
+                   stream.cuda_stream, _args(h, w2, z, hidden))
         stream.synchronize()
         assert torch.equal(z, want)
