@@ -46,16 +46,16 @@ ACC_GEMV = {"cublaslt": frozenset(), "gemv": FEW_ROWS}
 """``--gemm-acc`` choice -> the programs whose ``C += A·Wᵀ`` run ``kern_gemv_acc_bf16``."""
 DEFAULT_ACC = "gemv"
 GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
+SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 EARLY_TWINS = {(GEMV_CUBIN, GEMV_SYMBOL): "kern_gemv_et_bf16",
-               (GEMV_CUBIN, "kern_gemv_silu_bf16"): "kern_gemv_silu_et_bf16",
+               (GEMV_CUBIN, SILU_SYMBOL): "kern_gemv_silu_et_bf16",
                ("gemv_norm.cubin", "kern_gemv_rnorm_bf16"): "kern_gemv_rnorm_et_bf16"}
 """(cubin, symbol) -> its twin in the same cubin with the same contract and bits whose
 dependents launch right after its wait: the assembler's choice for a GEMV right before a
 step that reads before its own wait (:func:`.pdl_order.early_triggers`) or a small decode
 GEMV (:func:`.pdl_order.small_early_triggers`, by :data:`WEIGHT_ROWS`)."""
-WEIGHT_ROWS = {GEMV_SYMBOL: 1, "kern_gemv_silu_bf16": 2}
+WEIGHT_ROWS = {GEMV_SYMBOL: 1, SILU_SYMBOL: 2}
 """W rows per output column of a twin-able GEMV with the ``[a, w, c, m, n, k]`` arguments."""
-SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
 """``[a, w, c0, c1, c2, m, n0, n1, n2, k]``: the q/k/v GEMV of :mod:`.fuse` (ABI.md 4b)."""
 GEMV_COLS = 16
