@@ -17,6 +17,7 @@
    error vs fp32 at the same position (how far bf16 arithmetic alone lands from fp32);
 4. greedy: `--gen` tokens by kern's `next_token` vs transformers' `generate` (greedy, bf16),
    and the reference margin at the first divergence (a bf16 near-tie explains one);
+   `--prompt TEXT` / `--chat MESSAGE` add prompts as `kern-run` (`--chat`) tokenizes them;
 5. prints a table; exits 1 if the run fails, 0 otherwise. The run fails if
    - kern's argmax differs from the bf16 reference's at a position where that reference's
      top-1/top-2 margin is large (> 0.5 logits); or
@@ -202,6 +203,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gguf", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     ap.add_argument("--gen", type=int, default=24)
+    ap.add_argument("--prompt", action="append", default=[], metavar="TEXT",
+                    help="also this prompt, tokenized as `kern-run --prompt` does "
+                         "(kern_run.tokenizer); repeatable")
+    ap.add_argument("--chat", action="append", default=[], metavar="MESSAGE",
+                    help="also a one-message chat prompt, rendered and tokenized as "
+                         "`kern-run --chat` does; repeatable")
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--factor", type=float, default=FACTOR,
                     help="flag a position `far` if kern vs fp32 > max(FACTOR x HF-bf16 vs fp32, FLOOR)")
@@ -250,8 +257,13 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[Row] = []
     greedy = []
-    for pi, text in enumerate(PROMPTS):
-        ids = tok(text, add_special_tokens=False)["input_ids"]
+    prompts = [tok(text, add_special_tokens=False)["input_ids"] for text in PROMPTS]
+    if args.prompt or args.chat:
+        from kern_run.tokenizer import from_gguf
+        kt = from_gguf(args.gguf)
+        prompts += [kt.encode(text) for text in args.prompt]
+        prompts += [kt.encode(kt.chat_prompt(msg)) for msg in args.chat]
+    for pi, ids in enumerate(prompts):
         n = len(ids)
         with torch.no_grad():
             x = torch.tensor([ids], device="cuda")

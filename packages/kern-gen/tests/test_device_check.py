@@ -28,6 +28,11 @@ def test_arguments(dc, tmp_path):
     assert (a.gen, a.chunk, a.factor, a.floor) == (24, 16, 2.0, 0.02)
     assert a.example == Path("examples/smollm2-135m") and a.gguf == tmp_path / "m.gguf"
     a = dc.parse_args(["--gguf", "g", "--factor", "3", "--floor", "0.05"])
+    assert a.chat == [] and a.prompt == []
+    assert dc.parse_args(["--gguf", "g", "--prompt", "Water boils at"]).prompt == \
+        ["Water boils at"]
+    assert dc.parse_args(["--gguf", "g", "--chat", "Hi?", "--chat", "Why?"]).chat == \
+        ["Hi?", "Why?"]
     assert (a.factor, a.floor) == (3.0, 0.05)
     with pytest.raises(SystemExit):
         dc.parse_args([])   # --gguf is required
