@@ -153,13 +153,7 @@ struct NoNorm {
 // variants (gemv_splitk.cu) pass a and w advanced to their k range; the others ld == k.
 // kEarly: launch_dependents right after the wait instead of after the main loop (gemv.cu
 // kern_gemv_et_bf16: for a dependent that reads before its own wait).
-// kHalves (gemv_h2.cu, k % 16 == 0): the tile is 8 W rows base[t] + g, k split in two
-// halves over the mma's two row groups: operand rows g and g + 8 are W row base[t] + g at
-// k [0, k/2) and [k/2, k), and operand column j is A row m0 + j/2 at half j % 2, so that
-// red[t][2r][col] + red[t][2r + 1][col + 8] is the dot product of A row m0 + r (r < 4)
-// with W row base[t] + col (col < 8).  The same loads, registers and batches per warp as
-// a 16-row tile, for twice the blocks.
-template <int T, class Norm, bool kEarly = false, bool kHalves = false>
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                                               const __nv_bfloat16* __restrict__ w, int m, int k,
                                               int ld, const int (&base)[T], const int (&lim)[T],
@@ -169,24 +163,20 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     const int nw = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int kk = kHalves ? k / 2 : k;           // k extent an operand row sums
-    const int steps = (kk + kStep - 1) / kStep;
-    const int arow = kHalves ? g >> 1 : g;        // the A row operand column g holds
-    const bool a_ok = m0 + arow < m;
+    const int steps = (k + kStep - 1) / kStep;
+    const bool a_ok = m0 + g < m;
     bool lo_ok[T], hi_ok[T];
     const __nv_bfloat16* wlo[T];
     const __nv_bfloat16* whi[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
         lo_ok[t] = base[t] + g < lim[t];
-        hi_ok[t] = kHalves ? lo_ok[t] : base[t] + g + 8 < lim[t];
+        hi_ok[t] = base[t] + g + 8 < lim[t];
         // clamp the rows of absent operands to row 0: their (unissued) addresses stay in range
         wlo[t] = w + (size_t)(lo_ok[t] ? base[t] + g : 0) * ld + 8 * t4;
-        whi[t] = kHalves ? wlo[t] + kk
-                         : w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * ld + 8 * t4;
+        whi[t] = w + (size_t)(hi_ok[t] ? base[t] + g + 8 : 0) * ld + 8 * t4;
     }
-    const __nv_bfloat16* ap = a + (size_t)(a_ok ? (Norm::kShared ? arow : m0 + arow) : 0) * ld +
-                              ((kHalves && (g & 1)) ? kk : 0) + 8 * t4;
+    const __nv_bfloat16* ap = a + (size_t)(a_ok ? (Norm::kShared ? g : m0 + g) : 0) * ld + 8 * t4;
 
     uint4 wl[T][kUnroll], wh[T][kUnroll], av[kUnroll];
     float acc0[T][4], acc1[T][4];
@@ -200,7 +190,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {           // the first W batch, before the wait
         const int off = (s0 + u * nw) * kStep;
-        const bool ok = off + 8 * t4 < kk;
+        const bool ok = off + 8 * t4 < k;
 #pragma unroll
         for (int t = 0; t < T; ++t) {
             wl[t][u] = ld_w_first(wlo[t] + off, ok && lo_ok[t]);
@@ -216,7 +206,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
         const int off = (s0 + u * nw) * kStep;
-        av[u] = load_a<Norm::kShared>(ap + off, off + 8 * t4 < kk && a_ok);
+        av[u] = load_a<Norm::kShared>(ap + off, off + 8 * t4 < k && a_ok);
     }
     for (;;) {
 #pragma unroll
@@ -235,7 +225,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int off = (s0 + u * nw) * kStep;
-            const bool ok = off + 8 * t4 < kk;
+            const bool ok = off + 8 * t4 < k;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
                 wl[t][u] = ld_w(wlo[t] + off, ok && lo_ok[t]);

@@ -104,7 +104,7 @@ def test_the_generated_manifest_keeps_its_dispatches_and_verifies():
 
 
 def _rmsnorm() -> dict[str, bytes]:
-    """rmsnorm.cubin, built now (the llama examples do not ship it: off by default there)."""
+    """rmsnorm.cubin, built now (for generating without nvcc's whole build)."""
     import sys
     sys.path.insert(0, str(ROOT / "packages/kern-gen/kernels/tests"))
     import _own_kernels_gpu
@@ -129,7 +129,9 @@ def test_own_norm_refuses_what_it_cannot_rewrite(kw, match):
 
 @pytest.mark.parametrize("fuse_norm,own_norm,gemm,extension,model,want", [
     (None, None, "gemv", False, "qwen3", (False, True)),      # the qwen3 default
-    (None, None, "gemv", False, "llama", (False, False)),     # no gain measured on SmolLM2
+    (None, None, "gemv", False, "llama", (False, True)),      # the llama default (session 30)
+    (None, None, "gemv", True, "llama", (False, False)),      # DSpark SmolLM2's decode
+    (None, None, "gemv", False, "mistral", (False, False)),   # no default for this model type
     (None, None, "gemv", True, "qwen3", (False, False)),      # a DSpark manifest's decode
     (True, None, "gemv", False, "qwen3", (True, False)),      # --fuse-norm asked for
     (None, None, "cublaslt", False, "qwen3", (False, False)),  # no own GEMV

@@ -1,10 +1,9 @@
 """Where the GEMVs let their dependents launch (CPU, needs nvcc): ``kern_gemv_et_bf16``,
-``kern_gemv_silu_et_bf16``, ``kern_gemv_rnorm_et_bf16`` and gemv_h2.cu's ``_et_`` twins
-within a few instructions of their wait (SASS PREEXIT after ACQBULK), every other gemv.cu,
-gemv_norm.cu and gemv_h2.cu kernel after its main loop; all after the wait, the fact
-kern_gen.llama.pdl_order needs from the predecessor of a step that reads before its own
-wait.  (That the twins compute their partners' bits are GPU tests: test_gemv_gpu.py,
-test_gemv_norm_gpu.py, test_gemv_h2_gpu.py.)"""
+``kern_gemv_silu_et_bf16`` and ``kern_gemv_rnorm_et_bf16`` within a few instructions of their
+wait (SASS PREEXIT after ACQBULK), every other gemv.cu and gemv_norm.cu kernel after its main loop; all after the
+wait, the fact kern_gen.llama.pdl_order needs from the predecessor of a step that reads
+before its own wait.  (That the twins compute kern_gemv_bf16's and kern_gemv_rnorm_bf16's
+bits are GPU tests: test_gemv_gpu.py, test_gemv_norm_gpu.py.)"""
 from __future__ import annotations
 
 import sys
@@ -21,11 +20,9 @@ import _own_kernels_gpu  # noqa: E402
 LATE = {"gemv.cu": ("kern_gemv_bf16", "kern_gemv_silu_bf16", "kern_gemv_acc_bf16",
                     "kern_gemv_split3_bf16"),
         "gemv_norm.cu": ("kern_gemv_norm_bf16", "kern_gemv_rnorm_bf16",
-                         "kern_gemv_rnorm_silu_bf16", "kern_gemv_res_bf16"),
-        "gemv_h2.cu": ("kern_gemv_h2_bf16", "kern_gemv_silu_h2_bf16")}
+                         "kern_gemv_rnorm_silu_bf16", "kern_gemv_res_bf16")}
 EARLY = {"gemv.cu": ("kern_gemv_et_bf16", "kern_gemv_silu_et_bf16"),
-         "gemv_norm.cu": ("kern_gemv_rnorm_et_bf16",),
-         "gemv_h2.cu": ("kern_gemv_h2_et_bf16", "kern_gemv_silu_h2_et_bf16")}
+         "gemv_norm.cu": ("kern_gemv_rnorm_et_bf16",)}
 NEAR = 16
 """most instructions between the wait and an early trigger (the build's: 8)"""
 

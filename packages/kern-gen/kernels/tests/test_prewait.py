@@ -19,9 +19,7 @@ import _own_kernels_gpu  # noqa: E402
 SYMBOLS = {"gemv.cu": {"kern_gemv_bf16": 1, "kern_gemv_silu_bf16": 2, "kern_gemv_acc_bf16": 1,
                        "kern_gemv_split3_bf16": 1, "kern_gemv_et_bf16": 1,
                        "kern_gemv_silu_et_bf16": 2},
-           "gemv_splitk.cu": {"kern_gemv_sk4_bf16": 1, "kern_gemv_silu_sk4_bf16": 2},
-           "gemv_h2.cu": {"kern_gemv_h2_bf16": 1, "kern_gemv_h2_et_bf16": 1,
-                          "kern_gemv_silu_h2_bf16": 2, "kern_gemv_silu_h2_et_bf16": 2}}
+           "gemv_splitk.cu": {"kern_gemv_sk4_bf16": 1, "kern_gemv_silu_sk4_bf16": 2}}
 """source -> {symbol: W tiles a block}: the first batch is 4 steps x 2 rows x tiles loads."""
 
 

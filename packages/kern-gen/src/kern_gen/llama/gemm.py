@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import gemm_splitk as SK
-from . import gemv_h2 as H2
 from .errors import WiringError
 from .ir import TOK, Op, Ref
 from .programs import FEW_ROWS, GEMV_GEMMS
@@ -50,13 +49,12 @@ GEMV_CUBIN, GEMV_SYMBOL = "gemv.cubin", "kern_gemv_bf16"
 SILU_SYMBOL, SPLIT_SYMBOL = "kern_gemv_silu_bf16", "kern_gemv_split3_bf16"
 EARLY_TWINS = {(GEMV_CUBIN, GEMV_SYMBOL): "kern_gemv_et_bf16",
                (GEMV_CUBIN, SILU_SYMBOL): "kern_gemv_silu_et_bf16",
-               ("gemv_norm.cubin", "kern_gemv_rnorm_bf16"): "kern_gemv_rnorm_et_bf16",
-               **H2.EARLY_TWINS}
+               ("gemv_norm.cubin", "kern_gemv_rnorm_bf16"): "kern_gemv_rnorm_et_bf16"}
 """(cubin, symbol) -> its twin in the same cubin with the same contract and bits whose
 dependents launch right after its wait: the assembler's choice for a GEMV right before a
 step that reads before its own wait (:func:`.pdl_order.early_triggers`) or a small decode
 GEMV (:func:`.pdl_order.small_early_triggers`, by :data:`WEIGHT_ROWS`)."""
-WEIGHT_ROWS = {GEMV_SYMBOL: 1, SILU_SYMBOL: 2, **H2.WEIGHT_ROWS}
+WEIGHT_ROWS = {GEMV_SYMBOL: 1, SILU_SYMBOL: 2}
 """W rows per output column of a twin-able GEMV with the ``[a, w, c, m, n, k]`` arguments."""
 SPLIT_PARAMS = [*PARAMS[:2], *["out buffer<bf16>"] * 3, *["i32"] * 5]
 """``[a, w, c0, c1, c2, m, n0, n1, n2, k]``: the q/k/v GEMV of :mod:`.fuse` (ABI.md 4b)."""
@@ -103,13 +101,9 @@ def cublaslt_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, 
 
 def gemv_impl(asm: Assembler, rows: Any, n: int, k: int) -> tuple[dict[str, Any], str]:
     """The own GEMV (kernels/gemv.cu): grid ``[ceil(n/16), ceil(rows/8), 1]``, block
-    ``[32·NW, 1, 1]`` (:func:`gemv_warps`), the interface's arguments forwarded; or where
-    :func:`.gemv_h2.use_h2` says so gemv_h2.cu's 8-column tiles."""
+    ``[32·NW, 1, 1]`` (:func:`gemv_warps`), the interface's arguments forwarded."""
     if k % 8:
         raise WiringError(f"GEMM n {n} k {k}: the own GEMV needs k % 8 == 0")
-    if H2.use_h2(rows, n, k):
-        st, how = H2.h2_step(asm, H2.PLAIN, PARAMS, n, k)
-        return {"steps": [st]}, how
     nw = gemv_warps(n, k)
     st = _gemv_step(asm, GEMV_SYMBOL, PARAMS, n, nw, rows)
     return {"steps": [st]}, f"own `{GEMV_SYMBOL}` (blocks of 16 columns x {nw} warps)"
@@ -279,8 +273,6 @@ def gemm_silu(asm: Assembler, program: str, op: Op, rows: Any) -> dict[str, Any]
     if tma_rows(asm, rows):
         st = tma_step(asm, "silu", PARAMS, n, rows, tiles=2)
         how = f"own `{TMA_SYMBOLS['silu']}` (gate/up GEMV + SiLU·mul, bulk-copy W stream)"
-    elif H2.use_h2(rows, n, k, silu=True):
-        st, how = H2.h2_step(asm, H2.SILU_SYMBOL, PARAMS, n, k)
     elif s > 1:
         nw = gemv_warps(2 * n, k)
         st = SK.splitk_step(asm, s, True, PARAMS, n, nw, rows)

@@ -32,12 +32,15 @@ if TYPE_CHECKING:
     from .assemble import Assembler
     from .config import ModelConfig
 
-DEFAULT_OWN_NORM = {"qwen3": True}
-"""``--own-norm`` default by ``model_type`` (absent: off), from session 27's measurement on
-the H200 (``kern-run bench --lever``, same process, PDL on; docs/measurements.md): the
-Qwen3-4B shape 2.635 -> 2.571 ms/token, teacher-forced against transformers median 0.0502
-(the captured norms' 0.0503); SmolLM2 0.518 -> 0.519 (no gain, so its captured norms stay).
-Never with an extension or ``--fuse-norm``."""
+DEFAULT_OWN_NORM = {"qwen3": True, "llama": True}
+"""``--own-norm`` default by ``model_type`` (absent: off); never with an extension or
+``--fuse-norm``.  Measured with ``kern-run bench --lever`` (same process, PDL on;
+docs/measurements.md): qwen3 since session 27 (H200: the Qwen3-4B shape 2.635 -> 2.571
+ms/token, teacher-forced against transformers median 0.0502, the captured norms' 0.0503);
+llama since session 30 (H100: SmolLM2 0.516 -> 0.487, once the norms trigger first and the
+small GEMVs early — session 27 had found it neutral before those; its teacher-forced error
+vs fp32 median 0.0116 vs the captured norms' 0.0138, max 0.0663 vs 0.0878; greedy text
+changed only at near-ties, HF-bf16 margins 0 to 0.125 logits)."""
 PROGRAMS = FN.PROGRAMS
 """The programs the pass applies to (DSpark's ``decode_spec`` taps the hidden states the
 captured norms store)."""
