@@ -24,6 +24,7 @@
 #include <cooperative_groups.h>
 
 #include "attn_core.cuh"
+#include "attn_timeline.cuh"
 #include "rope_core.cuh"
 
 namespace cg = cooperative_groups;
@@ -242,7 +243,9 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
         case 3: block_pass<D, 3, PRE>(a, sm, pk, pv); break;
         default: block_pass<D, 4, PRE>(a, sm, pk, pv); break;
     }
+    KERN_ATL(4);
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
+    KERN_ATL(5);
     if (rank == 0) {
         for (int idx = threadIdx.x; idx < group * D; idx += NT) {
             const int h = idx / D, d = idx % D;
@@ -263,7 +266,10 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
             out_row[h * D + d] = __float2bfloat16(acc / L);
         }
     }
+    KERN_ATL(6);
     cl.sync();   // a block's shared memory must outlive rank 0's reads of it
+    KERN_ATL(7);
+    KERN_ATL_RECORD(out_row);
 }
 
 // Block (hk, rank, t) of a launch: its GQA group and row t's key range (keys split evenly
@@ -371,11 +377,14 @@ __device__ __forceinline__ void cluster_rope_decode(
     __shared__ __align__(16) __nv_bfloat16 k_s[D];
     __shared__ __align__(16) __nv_bfloat16 v_s[D];
     uint4 pk[kUnroll], pv[kUnroll];
+    KERN_ATL(0);
     const Block b = block_of<true>(kv_lens, n_q_heads, n_kv_heads);
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                    b.kv_len - 1, pk, pv);
+    KERN_ATL(1);
     KERN_ATTN_WAIT();
+    KERN_ATL(2);
     const int nq = n_q_heads * D, nk = n_kv_heads * D;
     const __nv_bfloat16* row = qkv + (int64_t)b.t * (nq + 2 * nk);
     const __nv_bfloat16* kx = row + nq + b.hk * D;
@@ -427,6 +436,7 @@ __device__ __forceinline__ void cluster_rope_decode(
         }
     }
     __syncthreads();
+    KERN_ATL(3);
     const Pass a{q_s, k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                  block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                  scale * kLog2e, writer ? new_key : -1, k_s, v_s};

@@ -82,6 +82,10 @@
 #           on an H100 and removed (commit 8d0623c has it): GPU tests passed, but Qwen3 with
 #           o / down on it 3.133 vs 3.119 ms/token (GEMMs alone 2.862 vs 2.817), the SiLU
 #           GEMV on it 3.122 vs 3.118, SmolLM2 0.520 vs 0.515)
+#   attntl  probe_attn_timeline.py on a -D KERN_GEMV_TIMELINE=1 -D KERN_ATTN_TIMELINE=1 build:
+#           where the decode attention's time goes between the qkv and o GEMVs (Qwen3-4B
+#           shape, context 144: wait, q/k rope, key pass, cluster barriers, merge, o's wait),
+#           and the same chain without it                      -> $OUT/attn_timeline.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -172,6 +176,11 @@ for step in "${STEPS[@]}"; do
         --lever smollm2:early=lev_early/llama --lever smollm2:all=lev_early/llama-all \
         --no-baseline > "$OUT/smallearly_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/smallearly_bench.txt" | grep -v shards | tail -10 ;;
+    attntl)
+      [ -f /tmp/own_atl/gemv.cubin ] || python3 $KD/build.py /tmp/own_atl -D KERN_GEMV_TIMELINE=1 \
+        -D KERN_ATTN_TIMELINE=1 > /tmp/kern-build-atl.txt 2>&1 || { tail /tmp/kern-build-atl.txt; rc=1; }
+      timeout 180 python3 $KD/probe_attn_timeline.py /tmp/own_atl 2>&1 | tee "$OUT/attn_timeline.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

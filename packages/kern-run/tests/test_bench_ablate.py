@@ -15,16 +15,20 @@ from kern_run.bench.ablate import (ATTENTION, CAPTURED, CLASSES, GEMM, NORM, OTH
 from kern_run.errors import KernRunError
 
 ROOT = Path(__file__).resolve().parents[3]
-EXAMPLES = ["smollm2-135m", "qwen3-4b"]
-NORMS = {"smollm2-135m": CAPTURED, "qwen3-4b": NORM}
-"""The class of each example's decode RMSNorms (kern-gen's ``--own-norm`` default by model)."""
-PRESENT = [(e, c) for e in EXAMPLES for c in CLASSES if c not in set(NORMS.values()) - {NORMS[e]}]
+EXAMPLES = ["smollm2-135m", "qwen3-4b", "smollm2-135m-dspark"]
+NORMS = {"smollm2-135m": NORM, "qwen3-4b": NORM, "smollm2-135m-dspark": CAPTURED}
+"""The class of each example's decode RMSNorms (kern-gen's ``--own-norm`` default by model,
+on for both models since session 30; never in a DSpark manifest, whose decode keeps the
+captured norms)."""
+CONFIG = {"smollm2-135m-dspark": "smollm2-135m"}
+"""An example without its own config.json: the one whose model it extends."""
+PRESENT = [(e, c) for e in EXAMPLES for c in CLASSES if c not in {CAPTURED, NORM} - {NORMS[e]}]
 
 
 def _load(example):
     m = read(ROOT / "examples" / example / "manifest.json")
-    layers = json.loads((ROOT / "examples" / example / "config.json").read_text())[
-        "num_hidden_layers"]
+    layers = json.loads((ROOT / "examples" / CONFIG.get(example, example) / "config.json")
+                        .read_text())["num_hidden_layers"]
     return m, layers
 
 
