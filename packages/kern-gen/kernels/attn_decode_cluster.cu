@@ -79,6 +79,17 @@ static_assert(KERN_CLUSTER_SPLITS == 2 || KERN_CLUSTER_SPLITS == 4 || KERN_CLUST
               "a cluster of 2, 4 or 8 blocks");
 constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (row, kv head)
 
+// KERN_CLUSTER_FAST_MERGE (session 30 lever; 0 in the build): both merges with each weight
+// 2^(m - M) computed once per (head, key group) or (head, rank) instead of once per output
+// element, and the cluster merge spread over the cluster's blocks (each stores 1/kC of the
+// output) instead of rank 0 alone.  The same operations on the same values in the same
+// order for every output element (max is exact in any order), so the same bits.  The
+// timeline probe (probe_attn_timeline.py, H100, Qwen3-4B shape, context 144) had the in-block
+// pass + merge at 2.59 us and rank 0's merge at 1.09 us of the attention's 7.2.
+#ifndef KERN_CLUSTER_FAST_MERGE
+#define KERN_CLUSTER_FAST_MERGE 0
+#endif
+
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
@@ -94,6 +105,11 @@ struct Smem {
     float res_m[kMaxG];
     float res_l[kMaxG];
     float res_a[kMaxG * D];
+#if KERN_CLUSTER_FAST_MERGE
+    float gw[kMaxG * NG];    // in-block merge: 2^(m_g - M) per (head, key group)
+    float cw[kMaxG * kC];    // cluster merge: 2^(M_r - M) per (head, rank)
+    float cL[kMaxG];         // cluster merge: the merged L per head
+#endif
 };
 
 // What a block's pass reads: G query heads D apart from `q` (global or shared memory), kv
@@ -206,6 +222,38 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         for (int j = 0; j < 8; ++j) sm.acc[(kg * kMaxG + h) * D + sub * 8 + j] = acc[h][j];
     }
     __syncthreads();
+#if KERN_CLUSTER_FAST_MERGE
+    static_assert(NG <= 32 && G <= NT / 32, "a warp per head, a lane per key group");
+    // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0):
+    // warp h finds head h's M by a shuffle max (exact in any order) and each lane g its
+    // weight; L in group order by lane 0.  Then every output element sums its groups.
+    if (tid < 32 * G) {
+        const int h = tid >> 5, g = tid & 31;
+        const float mg = g < NG ? sm.m[g * kMaxG + h] : -CUDART_INF_F;
+        float M = mg;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        const float w = (M == -CUDART_INF_F || mg == -CUDART_INF_F) ? 0.f : exp2f(mg - M);
+        if (g < NG) sm.gw[h * NG + g] = w;
+        __syncwarp();
+        if (g == 0) {
+            float L = 0.f;
+            for (int k = 0; k < NG; ++k) L = fmaf(sm.l[k * kMaxG + h], sm.gw[h * NG + k], L);
+            sm.res_m[h] = M;
+            sm.res_l[h] = L;
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * D; idx += NT) {
+        const int h = idx / D, d = idx % D;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int g = 0; g < NG; ++g)
+            acc = fmaf(sm.acc[(g * kMaxG + h) * D + d], sm.gw[h * NG + g], acc);
+        sm.res_a[h * D + d] = acc;
+    }
+#else
     // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0).
     for (int idx = tid; idx < G * D; idx += NT) {
         const int h = idx / D, d = idx % D;
@@ -223,6 +271,7 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         sm.res_a[h * D + d] = a;
         if (d == 0) { sm.res_m[h] = M; sm.res_l[h] = L; }
     }
+#endif
 }
 
 // The block's pass (G = group query heads), then the cluster's merge: rank 0 reads the kC
@@ -246,6 +295,44 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
     KERN_ATL(4);
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
     KERN_ATL(5);
+#if KERN_CLUSTER_FAST_MERGE
+    // Lane (h, r) of the first G * kC threads reads rank r's (M, L) of head h; the kC lanes of
+    // a head find M by a shuffle max, their weights 2^(M_r - M) and L in rank order.  Then
+    // each block merges its 1/kC of the output elements, the ranks in rank order.
+    static_assert(kMaxG * kC <= NT, "a thread per (head, rank)");
+    if (threadIdx.x < 32 * ((group * kC + 31) / 32)) {
+        const int h = threadIdx.x / kC, r = threadIdx.x % kC;
+        const bool on = h < group;
+        const float mr = on ? *cl.map_shared_rank(&sm.res_m[h], r) : -CUDART_INF_F;
+        const float lr = on ? *cl.map_shared_rank(&sm.res_l[h], r) : 0.f;
+        float M = mr;
+#pragma unroll
+        for (int off = kC / 2; off > 0; off >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        const float w = (mr == -CUDART_INF_F) ? 0.f : exp2f(mr - M);
+        float L = 0.f;
+        const int lane0 = (threadIdx.x & 31) - r;
+#pragma unroll
+        for (int k = 0; k < kC; ++k)
+            L = fmaf(__shfl_sync(0xffffffffu, lr, lane0 + k),
+                     __shfl_sync(0xffffffffu, w, lane0 + k), L);
+        if (on) {
+            sm.cw[h * kC + r] = w;
+            if (r == 0) sm.cL[h] = L;
+        }
+    }
+    __syncthreads();
+    const int per = (group * D + kC - 1) / kC;
+    const int end = min(group * D, (rank + 1) * per);
+    for (int idx = rank * per + threadIdx.x; idx < end; idx += NT) {
+        const int h = idx / D, d = idx % D;
+        float acc = 0.f;
+#pragma unroll
+        for (int r = 0; r < kC; ++r)
+            acc = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), sm.cw[h * kC + r], acc);
+        out_row[h * D + d] = __float2bfloat16(acc / sm.cL[h]);
+    }
+#else
     if (rank == 0) {
         for (int idx = threadIdx.x; idx < group * D; idx += NT) {
             const int h = idx / D, d = idx % D;
@@ -266,6 +353,7 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
             out_row[h * D + d] = __float2bfloat16(acc / L);
         }
     }
+#endif
     KERN_ATL(6);
     cl.sync();   // a block's shared memory must outlive rank 0's reads of it
     KERN_ATL(7);

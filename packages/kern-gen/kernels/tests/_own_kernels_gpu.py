@@ -83,7 +83,8 @@ def pdl_launcher():
         _fields_ = [("grid", C.c_uint * 3), ("block", C.c_uint * 3), ("smem", C.c_uint),
                     ("stream", C.c_void_p), ("attrs", C.POINTER(Attr)), ("n_attrs", C.c_uint)]
 
-    ctype = {np.uint64: C.c_uint64, np.int32: C.c_int32, np.float32: C.c_float}
+    ctype = {np.uint64: C.c_uint64, np.int64: C.c_int64, np.int32: C.c_int32,
+             np.float32: C.c_float}
 
     def launch(fn, grid, block, smem, stream, args):
         # cupy's get_function gives a RawKernel (CUfunction at .kernel.ptr) or a Function (.ptr)
