@@ -6,8 +6,8 @@
 // of SmolLM2's step; its splits pay a round trip of (m, l, acc) through L2 and a second
 // dependent launch.  Here the kC = 8 splits of a (row, kv head) are one thread-block
 // cluster: each block reduces its keys to (M, L, a) per query head in its shared memory,
-// the cluster barrier publishes them, and the cluster's rank 0 merges the eight through
-// DSMEM and writes `out`.  No scratch, no atomic, no second launch.  In the decode step (kern-run
+// the cluster barrier publishes them, and each block merges the eight through DSMEM for
+// its 1/8 of `out` and writes it.  No scratch, no atomic, no second launch.  In the decode step (kern-run
 // bench, H100, PDL on, this 256-thread build): SmolLM2 0.707 -> 0.640 ms/token, Qwen3-4B shape
 // 3.636 -> 3.582; with the rope folded in (below) 0.594 and 3.520 (docs/measurements.md,
 // session 22).
@@ -79,23 +79,23 @@ static_assert(KERN_CLUSTER_SPLITS == 2 || KERN_CLUSTER_SPLITS == 4 || KERN_CLUST
               "a cluster of 2, 4 or 8 blocks");
 constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (row, kv head)
 
-// KERN_CLUSTER_FAST_MERGE (session 30 lever; 0 in the build): both merges with each weight
-// 2^(m - M) computed once per (head, key group) or (head, rank) instead of once per output
-// element, and the cluster merge spread over the cluster's blocks (each stores 1/kC of the
-// output) instead of rank 0 alone.  The same operations on the same values in the same
-// order for every output element (max is exact in any order), so the same bits.  The
-// timeline probe (probe_attn_timeline.py, H100, Qwen3-4B shape, context 144) had the in-block
-// pass + merge at 2.59 us and rank 0's merge at 1.09 us of the attention's 7.2.
-#ifndef KERN_CLUSTER_FAST_MERGE
-#define KERN_CLUSTER_FAST_MERGE 0
-#endif
+// Both merges (the key groups of a block, then the cluster's blocks) compute each weight
+// 2^(m - M) once per (head, key group) or (head, rank), and the cluster merge is spread over
+// the cluster's blocks, each storing 1/kC of the output.  Until session 30 every output
+// element recomputed M and its weights and rank 0 merged alone: the same operations on the
+// same values in the same order for every element (max is exact in any order), so the same
+// bits (the GPU test of session 30's c16 compared the two builds bit for bit on 12 cases;
+// commit ba910f5 has it and the old merges).  Measured as a
+// lever (H100, kern-run bench same process, tokens identical; docs/measurements.md, session
+// 30): the Qwen3-4B shape 3.202 -> 3.177 ms/token, SmolLM2 0.489 -> 0.479; the attention's
+// last exit after the qkv GEMV's last store 7.23 -> 6.66 us (probe_attn_timeline.py).
 
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
 
 // Shared memory of a block: the key groups' partial states, then the block's merged state
-// (read by the cluster's rank 0 through DSMEM).
+// (read by every block of the cluster through DSMEM) and the merges' weights.
 template <int D>
 struct Smem {
     static constexpr int NG = Threads<D>::value / (D / 8);   // key groups of a block
@@ -105,11 +105,9 @@ struct Smem {
     float res_m[kMaxG];
     float res_l[kMaxG];
     float res_a[kMaxG * D];
-#if KERN_CLUSTER_FAST_MERGE
     float gw[kMaxG * NG];    // in-block merge: 2^(m_g - M) per (head, key group)
     float cw[kMaxG * kC];    // cluster merge: 2^(M_r - M) per (head, rank)
     float cL[kMaxG];         // cluster merge: the merged L per head
-#endif
 };
 
 // What a block's pass reads: G query heads D apart from `q` (global or shared memory), kv
@@ -222,7 +220,6 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         for (int j = 0; j < 8; ++j) sm.acc[(kg * kMaxG + h) * D + sub * 8 + j] = acc[h][j];
     }
     __syncthreads();
-#if KERN_CLUSTER_FAST_MERGE
     static_assert(NG <= 32 && G <= NT / 32, "a warp per head, a lane per key group");
     // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0):
     // warp h finds head h's M by a shuffle max (exact in any order) and each lane g its
@@ -253,30 +250,11 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
             acc = fmaf(sm.acc[(g * kMaxG + h) * D + d], sm.gw[h * NG + g], acc);
         sm.res_a[h * D + d] = acc;
     }
-#else
-    // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0).
-    for (int idx = tid; idx < G * D; idx += NT) {
-        const int h = idx / D, d = idx % D;
-        float M = -CUDART_INF_F;
-        for (int g = 0; g < NG; ++g) M = fmaxf(M, sm.m[g * kMaxG + h]);
-        float a = 0.f, L = 0.f;
-        if (M != -CUDART_INF_F) {
-            for (int g = 0; g < NG; ++g) {
-                const float mg = sm.m[g * kMaxG + h];
-                const float w = (mg == -CUDART_INF_F) ? 0.f : exp2f(mg - M);
-                a = fmaf(sm.acc[(g * kMaxG + h) * D + d], w, a);
-                L = fmaf(sm.l[g * kMaxG + h], w, L);
-            }
-        }
-        sm.res_a[h * D + d] = a;
-        if (d == 0) { sm.res_m[h] = M; sm.res_l[h] = L; }
-    }
-#endif
 }
 
-// The block's pass (G = group query heads), then the cluster's merge: rank 0 reads the kC
-// blocks' states through DSMEM, merges them in rank order (deterministic; empty splits weigh
-// 0) and writes out[t, qh0 .. qh0 + group).
+// The block's pass (G = group query heads), then the cluster's merge: each block reads the
+// kC blocks' states through DSMEM, merges them in rank order (deterministic; empty splits
+// weigh 0) for its 1/kC of out[t, qh0 .. qh0 + group) and writes that.
 // PRE: pk / pv hold the block's first key batch (first_batch).
 template <int D, bool PRE>
 __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int rank,
@@ -295,7 +273,6 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
     KERN_ATL(4);
     cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
     KERN_ATL(5);
-#if KERN_CLUSTER_FAST_MERGE
     // Lane (h, r) of the first G * kC threads reads rank r's (M, L) of head h; the kC lanes of
     // a head find M by a shuffle max, their weights 2^(M_r - M) and L in rank order.  Then
     // each block merges its 1/kC of the output elements, the ranks in rank order.
@@ -332,30 +309,8 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
             acc = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), sm.cw[h * kC + r], acc);
         out_row[h * D + d] = __float2bfloat16(acc / sm.cL[h]);
     }
-#else
-    if (rank == 0) {
-        for (int idx = threadIdx.x; idx < group * D; idx += NT) {
-            const int h = idx / D, d = idx % D;
-            float Ms[kC];
-            float M = -CUDART_INF_F;
-#pragma unroll
-            for (int r = 0; r < kC; ++r) {
-                Ms[r] = *cl.map_shared_rank(&sm.res_m[h], r);
-                M = fmaxf(M, Ms[r]);
-            }
-            float acc = 0.f, L = 0.f;
-#pragma unroll
-            for (int r = 0; r < kC; ++r) {
-                const float w = (Ms[r] == -CUDART_INF_F) ? 0.f : exp2f(Ms[r] - M);
-                acc = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), w, acc);
-                L = fmaf(*cl.map_shared_rank(&sm.res_l[h], r), w, L);
-            }
-            out_row[h * D + d] = __float2bfloat16(acc / L);
-        }
-    }
-#endif
     KERN_ATL(6);
-    cl.sync();   // a block's shared memory must outlive rank 0's reads of it
+    cl.sync();   // a block's shared memory must outlive the other blocks' reads of it
     KERN_ATL(7);
     KERN_ATL_RECORD(out_row);
 }
