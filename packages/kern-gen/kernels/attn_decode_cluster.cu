@@ -90,14 +90,6 @@ constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (
 // 30): the Qwen3-4B shape 3.202 -> 3.177 ms/token, SmolLM2 0.489 -> 0.479; the attention's
 // last exit after the qkv GEMV's last store 7.23 -> 6.66 us (probe_attn_timeline.py).
 
-// KERN_ATTN_ROPE_PREWAIT (session 30 lever; 0 in the build): the rope variants load their
-// norm weights and angles and compute the angles' cos / sin before the wait (rope_core.cuh
-// RopeLane), so that after it only the qkv row is loaded.  The timeline probe had the q/k
-// rope ready 1.57 us after the wait (H100, Qwen3-4B shape).
-#ifndef KERN_ATTN_ROPE_PREWAIT
-#define KERN_ATTN_ROPE_PREWAIT 0
-#endif
-
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
@@ -433,19 +425,6 @@ __device__ __forceinline__ void cluster_rope_decode(
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,
                    b.kv_len - 1, pk, pv);
-#if KERN_ATTN_ROPE_PREWAIT
-    // Weights and angles are complete before this launch starts (rope_core.cuh RopeLane).
-    static_assert(NT % D == 0, "a thread's q elements share one d = tid % D");
-    RopeLane rl;
-    if (NORM) {
-        const int warp = threadIdx.x >> 5;
-        const int nk0 = b.kv_len - 1;
-        if (warp < b.group || (warp == b.group && nk0 >= b.k_begin && nk0 < b.k_end))
-            norm_rope_lane(warp < b.group ? q_w : k_w, ang, b.t, tokens, D, rl);
-    } else {
-        rope_cs(ang, threadIdx.x % D, half, b.t, tokens, rl.c[0], rl.s[0]);
-    }
-#endif
     KERN_ATL(1);
     KERN_ATTN_WAIT();
     KERN_ATL(2);
@@ -466,12 +445,8 @@ __device__ __forceinline__ void cluster_rope_decode(
         __nv_bfloat16 o[kRopeMaxPerLane];
         if (warp < b.group || (warp == b.group && writer)) {
             const bool is_q = warp < b.group;
-#if KERN_ATTN_ROPE_PREWAIT
-            norm_rope_warp_lane(is_q ? row + (b.qh0 + warp) * D : kx, rl, D, eps, o);
-#else
             norm_rope_warp(is_q ? row + (b.qh0 + warp) * D : kx, is_q ? q_w : k_w, ang, b.t,
                            tokens, D, eps, o);
-#endif
 #pragma unroll
             for (int i = 0; i < D / 32; ++i) {
                 const int d = lane + 32 * i;
@@ -491,22 +466,13 @@ __device__ __forceinline__ void cluster_rope_decode(
     } else {
         for (int i = threadIdx.x; i < b.group * D; i += NT) {
             const int d = i % D;
-#if KERN_ATTN_ROPE_PREWAIT
-            q_s[i] = __float2bfloat16_rn(rope_elem_cs(row + (b.qh0 + i / D) * D, d, half,
-                                                      rl.c[0], rl.s[0]));
-#else
             const float a = ang[(int64_t)(d % half) * tokens + b.t];
             q_s[i] = __float2bfloat16_rn(rope_elem(row + (b.qh0 + i / D) * D, d, half, a));
-#endif
         }
         if (writer) {
             for (int d = threadIdx.x; d < D; d += NT) {
-#if KERN_ATTN_ROPE_PREWAIT
-                k_s[d] = __float2bfloat16_rn(rope_elem_cs(kx, d, half, rl.c[0], rl.s[0]));
-#else
                 const float a = ang[(int64_t)(d % half) * tokens + b.t];
                 k_s[d] = __float2bfloat16_rn(rope_elem(kx, d, half, a));
-#endif
                 v_s[d] = vx[d];
                 if (store) { kc[d] = k_s[d]; vc[d] = v_s[d]; }
             }

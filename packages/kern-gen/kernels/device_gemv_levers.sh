@@ -91,6 +91,9 @@
 #           bits: its GPU test against the old build, 12 cases, passed); run in its c16 on an
 #           H100 and become the code (commit ba910f5 has the switch): Qwen3 3.202 -> 3.177,
 #           SmolLM2 0.489 -> 0.479 ms/token, tokens identical)
+#   (ropeprewait: session 30's -D KERN_ATTN_ROPE_PREWAIT=1, the folded attention's norm weights,
+#           angles and their cos / sin before its wait; run inline in its c17 on an H100 and
+#           removed (commit 746b5e4 has it): bits equal, Qwen3 3.092 -> 3.141 ms/token)
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
