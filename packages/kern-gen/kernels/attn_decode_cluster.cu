@@ -24,8 +24,25 @@
 #include <cooperative_groups.h>
 
 #include "attn_core.cuh"
-#include "attn_timeline.cuh"
 #include "rope_core.cuh"
+
+// Probe builds only (probe_attn_timeline.py; 0 in the build, where the KERN_ATL macros are
+// empty): thread 0 of each block of the rope variants reads %globaltimer at eight points and
+// appends one record tagged with its output row (kern_timeline.cuh): t[0] entry, t[1] first
+// key batch issued (before the wait), t[2] wait returned, t[3] q (and the new k / v) ready in
+// shared memory, t[4] the block's pass and in-block merge done, t[5] first cluster barrier
+// passed, t[6] the block's share of the cluster merge done, t[7] second barrier passed.
+#ifndef KERN_ATTN_TIMELINE
+#define KERN_ATTN_TIMELINE 0
+#endif
+#if KERN_ATTN_TIMELINE
+#include "kern_timeline.cuh"
+#define KERN_ATL(i) kern_tl_stamp<8>(i)
+#define KERN_ATL_RECORD(tag) kern_tl_append<8>(tag)
+#else
+#define KERN_ATL(i) do {} while (0)
+#define KERN_ATL_RECORD(tag) do {} while (0)
+#endif
 
 namespace cg = cooperative_groups;
 

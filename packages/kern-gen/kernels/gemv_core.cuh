@@ -7,47 +7,16 @@
 #include <stdint.h>
 
 // Probe builds only (probe_gemv_timeline.py; 0 in the build, where the KERN_TL macros are
-// empty): thread 0 of each block reads %globaltimer at six points of the GEMV and appends one
-// record to a buffer the probe sets — where a GEMV's time goes between its launch, its wait,
-// its first multiply, the end of its main loop and its store.
+// empty): thread 0 of each block reads %globaltimer at six points of the GEMV — entry, first
+// batch issued, wait returned, first batch multiplied, main loop done, tile stored — and
+// appends one record tagged with w (kern_timeline.cuh): where a GEMV's time goes.
 #ifndef KERN_GEMV_TIMELINE
 #define KERN_GEMV_TIMELINE 0
 #endif
 #if KERN_GEMV_TIMELINE
-struct KernTlRecord {               // ns of %globaltimer; w identifies the launch
-    unsigned long long w, t[6];     // entry, first batch issued, wait returned, first batch
-    unsigned int sm, block;         // multiplied, main loop done, tile stored
-};
-extern "C" {                        // unmangled: the probe sets them by name
-__device__ KernTlRecord* kern_gemv_tl = nullptr;
-__device__ unsigned int kern_gemv_tl_n = 0;        // records appended
-__device__ unsigned int kern_gemv_tl_cap = 0;      // records the buffer holds
-}
-
-__device__ __forceinline__ unsigned long long* kern_tl_slots() {
-    __shared__ unsigned long long t[6];
-    return t;
-}
-#define KERN_TL(i)                                                                         \
-    do {                                                                                   \
-        if (threadIdx.x == 0) {                                                            \
-            unsigned long long v;                                                          \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v) :: "memory");              \
-            kern_tl_slots()[i] = v;                                                        \
-        }                                                                                  \
-    } while (0)
-__device__ __forceinline__ void kern_tl_record(const void* w) {
-    KERN_TL(5);
-    if (threadIdx.x != 0) return;
-    const unsigned int slot = atomicAdd(&kern_gemv_tl_n, 1u);
-    if (kern_gemv_tl == nullptr || slot >= kern_gemv_tl_cap) return;
-    KernTlRecord& r = kern_gemv_tl[slot];
-    r.w = reinterpret_cast<unsigned long long>(w);
-    for (int i = 0; i < 6; ++i) r.t[i] = kern_tl_slots()[i];
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.sm));
-    r.block = blockIdx.x;
-}
-#define KERN_TL_RECORD(w) kern_tl_record(w)
+#include "kern_timeline.cuh"
+#define KERN_TL(i) kern_tl_stamp<6>(i)
+#define KERN_TL_RECORD(w) do { KERN_TL(5); kern_tl_append<6>(w); } while (0)
 #else
 #define KERN_TL(i) do {} while (0)
 #define KERN_TL_RECORD(w) do {} while (0)

@@ -1,8 +1,8 @@
 """Where the decode attention's time goes in the decode step (issue 16: ``kern-run bench
 --ablate`` charges it ~5.7 µs a layer on the H100 at context 144, and which phase costs what
 was never measured).  A build with ``-D KERN_ATTN_TIMELINE=1 -D KERN_GEMV_TIMELINE=1``
-(attn_timeline.cuh, gemv_core.cuh) has thread 0 of every block read %globaltimer at the
-points attn_timeline.cuh lists (and the GEMVs at theirs).  This runs the Qwen3-4B shape's
+(attn_decode_cluster.cu, gemv_core.cuh; kern_timeline.cuh) has thread 0 of every block read %globaltimer at the
+points attn_decode_cluster.cu lists (and the GEMVs at theirs).  This runs the Qwen3-4B shape's
 qkv GEMV (``kern_gemv_et_bf16``) -> cluster rope-norm attention -> o GEMV chain for 36
 layers as the decode step launches them (PDL, one CUDA graph, context 144, each layer its
 own weights, cache and output), replays it, and prints the medians over the layers of:
@@ -45,37 +45,12 @@ import _own_kernels_gpu as okg  # noqa: E402
 import bench  # noqa: E402  (paged_layer)
 from bench_gemv_tma import capture  # noqa: E402
 from probe_gemv_timeline import RECORD as GEMV_RECORD  # noqa: E402
+from probe_gemv_timeline import RecordBuffer, record_dtype  # noqa: E402
 
-ATTN_RECORD = np.dtype([("tag", "<u8"), ("t", "<u8", 8), ("sm", "<u4"), ("block", "<u4")])
-"""attn_timeline.cuh KernAtlRecord (80 bytes)."""
-CAP = 200_000
+ATTN_RECORD = record_dtype(8)
+"""attn_decode_cluster.cu's records (80 bytes; tag = the launch's output row)."""
 LAYERS, N_Q, N_KV, D, HIDDEN, CTX = 36, 32, 8, 128, 2560, 144
 SPLITS = 8
-
-
-class Buffer:
-    """A record buffer the module's ``<prefix>``, ``_n`` and ``_cap`` globals point at."""
-
-    def __init__(self, mod, prefix: str, dtype: np.dtype):
-        self.mod, self.prefix, self.dtype = mod, prefix, dtype
-        self.buf = cupy.zeros(CAP * dtype.itemsize, dtype=cupy.uint8)
-        self._set(prefix, np.uint64(self.buf.data.ptr))
-        self._set(prefix + "_cap", np.uint32(CAP))
-
-    def _set(self, name: str, value) -> None:
-        arr = np.array([value])
-        self.mod.get_global(name).copy_from_host(arr.ctypes.data, arr.nbytes)
-
-    def reset(self) -> None:
-        self._set(self.prefix + "_n", np.uint32(0))
-
-    def records(self) -> np.ndarray:
-        n = np.zeros(1, dtype=np.uint32)
-        self.mod.get_global(self.prefix + "_n").copy_to_host(n.ctypes.data, 4)
-        if n[0] > CAP:
-            raise SystemExit(f"{n[0]} records, the buffer holds {CAP}")
-        return np.frombuffer(self.buf[: int(n[0]) * self.dtype.itemsize].get().tobytes(),
-                             self.dtype)
 
 
 def main() -> None:
@@ -87,7 +62,7 @@ def main() -> None:
     am = cupy.RawModule(path=str(d / "attn_decode_cluster.cubin"))
     g_et, g_plain = gm.get_function("kern_gemv_et_bf16"), gm.get_function("kern_gemv_bf16")
     attn = am.get_function(f"kern_attn_decode_cluster_rope_norm_bf16_d{D}")
-    gbuf, abuf = Buffer(gm, "kern_gemv_tl", GEMV_RECORD), Buffer(am, "kern_attn_tl", ATTN_RECORD)
+    gbuf, abuf = RecordBuffer(gm, GEMV_RECORD), RecordBuffer(am, ATTN_RECORD, 200_000)
     print(torch.cuda.get_device_name(0), flush=True)
 
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -163,9 +138,10 @@ def report(res, w_qkv, w_o, att) -> None:
             "o wait", "step"]
     rows, base = [], []
     for i in range(LAYERS):
-        qk = grec[grec["w"] == w_qkv[i].data_ptr()]["t"].astype(np.int64)
-        og = grec[grec["w"] == w_o[i].data_ptr()]["t"].astype(np.int64)
-        a = arec[arec["tag"] == att[i].data_ptr()]
+        qk = grec[grec["tag"] == w_qkv[i].data_ptr()]["t"].astype(np.int64)
+        og = grec[grec["tag"] == w_o[i].data_ptr()]["t"].astype(np.int64)
+        lo = att[i].data_ptr()        # a block's tag is its output row, inside att[i]
+        a = arec[(arec["tag"] >= lo) & (arec["tag"] < lo + att[i].numel() * 2)]
         at = a["t"].astype(np.int64)
         rank0 = (a["block"] // 8) % 8 == 0
         q_store, a_exit = qk[:, 5].max(), at[:, 7].max()
@@ -174,8 +150,8 @@ def report(res, w_qkv, w_o, att) -> None:
                      np.median(at[:, 4] - at[:, 3]), np.median(at[:, 5] - at[:, 4]),
                      np.median(at[rank0, 6] - at[rank0, 5]), np.median(at[:, 7] - at[:, 6]),
                      a_exit - q_store, np.median(og[:, 2]) - a_exit, og[:, 5].max() - q_store])
-        qk0 = g0[g0["w"] == w_qkv[i].data_ptr()]["t"].astype(np.int64)
-        og0 = g0[g0["w"] == w_o[i].data_ptr()]["t"].astype(np.int64)
+        qk0 = g0[g0["tag"] == w_qkv[i].data_ptr()]["t"].astype(np.int64)
+        og0 = g0[g0["tag"] == w_o[i].data_ptr()]["t"].astype(np.int64)
         base.append([np.median(og0[:, 2]) - qk0[:, 5].max(), og0[:, 5].max() - qk0[:, 5].max()])
     print("  µs, medians over the layers (the first layer's qkv has no predecessor)")
     print("  " + "".join(f"{c:>9s}" for c in cols))

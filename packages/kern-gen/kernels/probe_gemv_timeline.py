@@ -42,33 +42,49 @@ import _own_kernels_gpu as okg  # noqa: E402
 from bench_gemv_splitk import MODELS  # noqa: E402
 from bench_gemv_tma import capture, launch  # noqa: E402
 
-RECORD = np.dtype([("w", "<u8"), ("t", "<u8", 6), ("sm", "<u4"), ("block", "<u4")])
-"""gemv_core.cuh KernTlRecord (64 bytes)."""
+
+def record_dtype(n: int) -> np.dtype:
+    """kern_timeline.cuh KernTlRecord<n>: tag, n stamps (ns), SM, linear block index."""
+    return np.dtype([("tag", "<u8"), ("t", "<u8", n), ("sm", "<u4"), ("block", "<u4")])
+
+
+RECORD = record_dtype(6)
+"""gemv_core.cuh's records (64 bytes; tag = the GEMV's w)."""
 CAP = 400_000
 
 
-class Timeline:
-    def __init__(self, d: str):
-        self.mod = cupy.RawModule(path=str(Path(d) / "gemv.cubin"))
-        self.fn = {s: self.mod.get_function(s) for s in
-                   ("kern_gemv_bf16", "kern_gemv_et_bf16", "kern_gemv_silu_bf16")}
-        self.buf = cupy.zeros(CAP * RECORD.itemsize, dtype=cupy.uint8)
-        self._set("kern_gemv_tl", np.uint64(self.buf.data.ptr))
-        self._set("kern_gemv_tl_cap", np.uint32(CAP))
+class RecordBuffer:
+    """The record buffer a timeline build's module appends to (kern_timeline.cuh's kern_tl,
+    kern_tl_n, kern_tl_cap), ``cap`` records of ``dtype``."""
+
+    def __init__(self, mod, dtype: np.dtype, cap: int = CAP):
+        self.mod, self.dtype, self.cap = mod, dtype, cap
+        self.buf = cupy.zeros(cap * dtype.itemsize, dtype=cupy.uint8)
+        self._set("kern_tl", np.uint64(self.buf.data.ptr))
+        self._set("kern_tl_cap", np.uint32(cap))
 
     def _set(self, name: str, value) -> None:
         arr = np.array([value])
         self.mod.get_global(name).copy_from_host(arr.ctypes.data, arr.nbytes)
 
     def reset(self) -> None:
-        self._set("kern_gemv_tl_n", np.uint32(0))
+        self._set("kern_tl_n", np.uint32(0))
 
     def records(self) -> np.ndarray:
         n = np.zeros(1, dtype=np.uint32)
-        self.mod.get_global("kern_gemv_tl_n").copy_to_host(n.ctypes.data, 4)
-        if n[0] > CAP:
-            raise SystemExit(f"{n[0]} records, the buffer holds {CAP}")
-        return np.frombuffer(self.buf[: int(n[0]) * RECORD.itemsize].get().tobytes(), RECORD)
+        self.mod.get_global("kern_tl_n").copy_to_host(n.ctypes.data, 4)
+        if n[0] > self.cap:
+            raise SystemExit(f"{n[0]} records, the buffer holds {self.cap}")
+        return np.frombuffer(self.buf[: int(n[0]) * self.dtype.itemsize].get().tobytes(),
+                             self.dtype)
+
+
+class Timeline(RecordBuffer):
+    def __init__(self, d: str):
+        mod = cupy.RawModule(path=str(Path(d) / "gemv.cubin"))
+        super().__init__(mod, RECORD)
+        self.fn = {s: mod.get_function(s) for s in
+                   ("kern_gemv_bf16", "kern_gemv_et_bf16", "kern_gemv_silu_bf16")}
 
     def __call__(self, symbol, a, w, c, silu=False):
         m, (rows, k) = a.shape[0], w.shape
@@ -117,7 +133,7 @@ def report(rec: np.ndarray, order, shapes, model: str) -> None:
     ts = np.unique(rec["t"].ravel())
     print(f"== {model}: {len(rec)} block records, {len(order)} launches; %globaltimer "
           f"granularity {int(np.diff(ts)[np.diff(ts) > 0].min())} ns")
-    by_w = {w: rec[rec["w"] == w] for w in {w for w, _ in order}}
+    by_w = {w: rec[rec["tag"] == w] for w in {w for w, _ in order}}
     rows: dict[str, list[list[float]]] = {}
     for (pw, _), (w, nm) in zip(order, order[1:]):
         p, r = by_w[pw], by_w[w]

@@ -1,5 +1,5 @@
 """The decode attention timeline probe's build (CPU, needs nvcc): ``-D KERN_ATTN_TIMELINE=1``
-(attn_timeline.cuh) adds the record buffer probe_attn_timeline.py sets and keeps the rope
+(attn_decode_cluster.cu, kern_timeline.cuh) adds the record buffer probe_attn_timeline.py sets and keeps the rope
 variants' early reads (kv_lens and the first key batch) before the wait and the trigger
 right after it, so that the probe times the build's launch order; the build without it has
 none of it (the examples' cubins are the build's: their regeneration tests pin those
@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE / "tests"))
 import _own_kernels_gpu  # noqa: E402
 from test_attn_prewait import EARLY, ROPE  # noqa: E402
 
-GLOBALS = (b"kern_attn_tl", b"kern_attn_tl_n", b"kern_attn_tl_cap")
+GLOBALS = (b"kern_tl", b"kern_tl_n", b"kern_tl_cap")
 
 
 @pytest.mark.parametrize("timeline", [0, 1])

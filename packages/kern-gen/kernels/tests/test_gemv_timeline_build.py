@@ -1,4 +1,4 @@
-"""The GEMV timeline probe's build (CPU, needs nvcc): ``-D KERN_GEMV_TIMELINE=1`` (gemv_core.cuh)
+"""The GEMV timeline probe's build (CPU, needs nvcc): ``-D KERN_GEMV_TIMELINE=1`` (gemv_core.cuh, kern_timeline.cuh)
 adds the record buffer probe_gemv_timeline.py sets and keeps the first W batch before the
 wait (the timeline of another code would measure nothing); the build without it has none of
 it (the examples' cubins are the build's: their regeneration tests pin those bytes)."""
@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 import _own_kernels_gpu  # noqa: E402
 
-GLOBALS = (b"kern_gemv_tl", b"kern_gemv_tl_n", b"kern_gemv_tl_cap")
+GLOBALS = (b"kern_tl", b"kern_tl_n", b"kern_tl_cap")
 
 
 @pytest.mark.parametrize("timeline", [0, 1])
