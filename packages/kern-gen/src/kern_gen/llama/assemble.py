@@ -39,7 +39,7 @@ from .ir import (BLOCK_TABLE, CARRY, KV_LENS, LOGITS, NEXT_TOKEN, POS0, POSITION
                  TOK, TOKEN_IDS, Op,
                  Program, Ref, is_weight, used_buffers)
 from .kv import KVLayout
-from . import pdl_order
+from . import pdl_order   # SMALL_EARLY_BYTES read at use: variant_lever.py --set changes it
 from .pdl_order import early_triggers, order_problems, small_early_triggers
 from kern_manifest.contract import PAGE_TOKENS
 
