@@ -107,6 +107,22 @@ constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (
 // 30): the Qwen3-4B shape 3.202 -> 3.177 ms/token, SmolLM2 0.489 -> 0.479; the attention's
 // last exit after the qkv GEMV's last store 7.23 -> 6.66 us (probe_attn_timeline.py).
 
+// Session 31's levers (0 in the build until measured; both keep every output bit):
+// KERN_CLUSTER_PUSH: each block pushes its merged state into the kC blocks' shared memory
+//   (each block receives the slice of res_a it merges) before one cluster barrier, instead
+//   of publishing it and pulling the others' through DSMEM after it; the cluster's start is
+//   awaited by a barrier arrived at the kernel's entry, so no barrier guards the exit.
+// KERN_CLUSTER_KEYS_FIT: a block whose keys fit one pass of U < kUnroll keys a key group
+//   (count <= U * NG) runs block_pass with U; the key slots U .. kUnroll - 1 it skips would
+//   have been masked (score -inf, weight and value 0: exact zeros added), so the bits are
+//   those of U = kUnroll.
+#ifndef KERN_CLUSTER_PUSH
+#define KERN_CLUSTER_PUSH 0
+#endif
+#ifndef KERN_CLUSTER_KEYS_FIT
+#define KERN_CLUSTER_KEYS_FIT 0
+#endif
+
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
@@ -125,7 +141,21 @@ struct Smem {
     float gw[kMaxG * NG];    // in-block merge: 2^(m_g - M) per (head, key group)
     float cw[kMaxG * kC];    // cluster merge: 2^(M_r - M) per (head, rank)
     float cL[kMaxG];         // cluster merge: the merged L per head
+#if KERN_CLUSTER_PUSH
+    static constexpr int kSlice = kMaxG * D / kC;   // res_a elements a block merges, at most
+    float in_m[kC * kMaxG];  // rank r's res_m / res_l of head h at [r * kMaxG + h]
+    float in_l[kC * kMaxG];
+    float in_a[kC * kSlice]; // rank r's res_a over this block's slice at [r * kSlice + j]
+#endif
 };
+
+// Cluster barrier halves (PTX barrier.cluster; every thread of the block executes them).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
 
 // What a block's pass reads: G query heads D apart from `q` (global or shared memory), kv
 // head hk's keys [k_begin, k_end) of one row through its page table, except key `new_key`
@@ -147,14 +177,22 @@ struct Pass {
 // The pass reduced to (res_m, res_l, res_a) per head: res_m the max score in log2 units
 // (-inf: no key), res_l the sum of 2^(s - res_m), res_a the unnormalised accumulator.  The
 // per-key arithmetic is the split pair's (attn_decode_split.cu decode_pass).
-template <int D, int G, bool PRE>
+// Where block_pass leaves the block's merged state: its own shared memory (res_m, res_l,
+// res_a), or (KERN_CLUSTER_PUSH) every rank's inbox, once the cluster has started.
+struct Sink {
+    int rank, per;   // this block's cluster rank; res_a elements a rank merges
+};
+
+template <int D, int G, int U, bool PRE>
 __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
-                                           const uint4 (&pk)[kUnroll], const uint4 (&pv)[kUnroll])
+                                           const uint4 (&pk)[kUnroll], const uint4 (&pv)[kUnroll],
+                                           const Sink& sink)
 {
     constexpr int LPK = D / 8;                 // lanes per key (8 dims each)
     constexpr int NT = Threads<D>::value;
     constexpr int NG = Smem<D>::NG;
     const int tid = threadIdx.x, kg = tid / LPK, sub = tid % LPK;
+    static_assert(U >= 1 && U <= kUnroll, "a pass holds at most kUnroll keys a key group");
     float qf[G][8], m[G], l[G], acc[G][8];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
@@ -167,11 +205,11 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
     }
     // The loop bound is block-uniform (the shuffles need every lane); a lane's keys are
     // it + u*NG + kg, masked when >= k_end (their table entries are never read).
-    for (int it = a.k_begin; it < a.k_end; it += NG * kUnroll) {
+    for (int it = a.k_begin; it < a.k_end; it += NG * U) {
         const int base = it + kg;
-        uint4 kr[kUnroll], vr[kUnroll];
+        uint4 kr[U], vr[U];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int key = base + u * NG;
             if (key == a.new_key) {
                 kr[u] = *reinterpret_cast<const uint4*>(a.k_new + sub * 8);
@@ -190,9 +228,9 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
                 vr[u] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
-        float s[kUnroll][G];
+        float s[U][G];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
             float kf[8];
             bf16x8_to_f32(kr[u], kf);
 #pragma unroll
@@ -210,19 +248,19 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         for (int h = 0; h < G; ++h) {
             float mx = s[0][h];
 #pragma unroll
-            for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
+            for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u][h]);
             const float m_new = fmaxf(m[h], mx);
             const float m_use = (m_new == -CUDART_INF_F) ? 0.f : m_new;
             const float corr = exp2f(m[h] - m_use);
-            float p[kUnroll], ps = 0.f;
+            float p[U], ps = 0.f;
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) { p[u] = exp2f(s[u][h] - m_use); ps += p[u]; }
+            for (int u = 0; u < U; ++u) { p[u] = exp2f(s[u][h] - m_use); ps += p[u]; }
             l[h] = l[h] * corr + ps;
             m[h] = m_new;
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[h][j] *= corr;
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
+            for (int u = 0; u < U; ++u) {
                 float vf[8];
                 bf16x8_to_f32(vr[u], vf);
 #pragma unroll
@@ -237,6 +275,10 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         for (int j = 0; j < 8; ++j) sm.acc[(kg * kMaxG + h) * D + sub * 8 + j] = acc[h][j];
     }
     __syncthreads();
+#if KERN_CLUSTER_PUSH
+    cg::cluster_group cl = cg::this_cluster();
+    cluster_wait();   // every block of the cluster runs: its inbox may be written
+#endif
     static_assert(NG <= 32 && G <= NT / 32, "a warp per head, a lane per key group");
     // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0):
     // warp h finds head h's M by a shuffle max (exact in any order) and each lane g its
@@ -254,8 +296,16 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         if (g == 0) {
             float L = 0.f;
             for (int k = 0; k < NG; ++k) L = fmaf(sm.l[k * kMaxG + h], sm.gw[h * NG + k], L);
+#if KERN_CLUSTER_PUSH
+#pragma unroll
+            for (int r = 0; r < kC; ++r) {
+                *cl.map_shared_rank(&sm.in_m[sink.rank * kMaxG + h], r) = M;
+                *cl.map_shared_rank(&sm.in_l[sink.rank * kMaxG + h], r) = L;
+            }
+#else
             sm.res_m[h] = M;
             sm.res_l[h] = L;
+#endif
         }
     }
     __syncthreads();
@@ -265,8 +315,36 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
 #pragma unroll 8
         for (int g = 0; g < NG; ++g)
             acc = fmaf(sm.acc[(g * kMaxG + h) * D + d], sm.gw[h * NG + g], acc);
+#if KERN_CLUSTER_PUSH
+        const int dst = idx / sink.per;   // the rank that merges element idx
+        *cl.map_shared_rank(&sm.in_a[sink.rank * Smem<D>::kSlice + idx - dst * sink.per], dst) = acc;
+#else
         sm.res_a[h * D + d] = acc;
+#endif
     }
+}
+
+// block_pass with the fewest keys a key group that hold the block's keys in one pass
+// (KERN_CLUSTER_KEYS_FIT; the same bits as U = kUnroll), else kUnroll.
+template <int D, int G, bool PRE>
+__device__ __forceinline__ void block_pass_fit(const Pass& a, Smem<D>& sm,
+                                               const uint4 (&pk)[kUnroll],
+                                               const uint4 (&pv)[kUnroll], const Sink& sink)
+{
+#if KERN_CLUSTER_KEYS_FIT
+    constexpr int NG = Smem<D>::NG;
+    const int count = a.k_end - a.k_begin;   // block-uniform
+    static_assert(kUnroll == 4, "the fits below are 1, 2 and kUnroll keys a key group");
+    if (count <= NG) {
+        block_pass<D, G, 1, PRE>(a, sm, pk, pv, sink);
+        return;
+    }
+    if (count <= 2 * NG) {
+        block_pass<D, G, 2, PRE>(a, sm, pk, pv, sink);
+        return;
+    }
+#endif
+    block_pass<D, G, kUnroll, PRE>(a, sm, pk, pv, sink);
 }
 
 // The block's pass (G = group query heads), then the cluster's merge: each block reads the
@@ -281,15 +359,28 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
 {
     constexpr int NT = Threads<D>::value;
     cg::cluster_group cl = cg::this_cluster();
+    const int per = (group * D + kC - 1) / kC;   // res_a elements a rank merges
+    const Sink sink{rank, per};
     switch (group) {
-        case 1: block_pass<D, 1, PRE>(a, sm, pk, pv); break;
-        case 2: block_pass<D, 2, PRE>(a, sm, pk, pv); break;
-        case 3: block_pass<D, 3, PRE>(a, sm, pk, pv); break;
-        default: block_pass<D, 4, PRE>(a, sm, pk, pv); break;
+        case 1: block_pass_fit<D, 1, PRE>(a, sm, pk, pv, sink); break;
+        case 2: block_pass_fit<D, 2, PRE>(a, sm, pk, pv, sink); break;
+        case 3: block_pass_fit<D, 3, PRE>(a, sm, pk, pv, sink); break;
+        default: block_pass_fit<D, 4, PRE>(a, sm, pk, pv, sink); break;
     }
     KERN_ATL(4);
-    cl.sync();   // release/acquire: every block's (res_m, res_l, res_a) is visible cluster-wide
+    cl.sync();   // release/acquire: every block's merged state is visible where it is read
     KERN_ATL(5);
+#if KERN_CLUSTER_PUSH
+    // The pushed states are local now: rank r's (M, L) of head h at in_m / in_l [r][h], its
+    // res_a over this block's slice at in_a[r][j].
+#define KERN_RANK_M(h, r) sm.in_m[(r) * kMaxG + (h)]
+#define KERN_RANK_L(h, r) sm.in_l[(r) * kMaxG + (h)]
+#define KERN_RANK_A(idx, r) sm.in_a[(r) * Smem<D>::kSlice + (idx) - rank * per]
+#else
+#define KERN_RANK_M(h, r) (*cl.map_shared_rank(&sm.res_m[h], r))
+#define KERN_RANK_L(h, r) (*cl.map_shared_rank(&sm.res_l[h], r))
+#define KERN_RANK_A(idx, r) (*cl.map_shared_rank(&sm.res_a[idx], r))
+#endif
     // Lane (h, r) of the first G * kC threads reads rank r's (M, L) of head h; the kC lanes of
     // a head find M by a shuffle max, their weights 2^(M_r - M) and L in rank order.  Then
     // each block merges its 1/kC of the output elements, the ranks in rank order.
@@ -297,8 +388,8 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
     if (threadIdx.x < 32 * ((group * kC + 31) / 32)) {
         const int h = threadIdx.x / kC, r = threadIdx.x % kC;
         const bool on = h < group;
-        const float mr = on ? *cl.map_shared_rank(&sm.res_m[h], r) : -CUDART_INF_F;
-        const float lr = on ? *cl.map_shared_rank(&sm.res_l[h], r) : 0.f;
+        const float mr = on ? KERN_RANK_M(h, r) : -CUDART_INF_F;
+        const float lr = on ? KERN_RANK_L(h, r) : 0.f;
         float M = mr;
 #pragma unroll
         for (int off = kC / 2; off > 0; off >>= 1)
@@ -316,18 +407,22 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
         }
     }
     __syncthreads();
-    const int per = (group * D + kC - 1) / kC;
     const int end = min(group * D, (rank + 1) * per);
     for (int idx = rank * per + threadIdx.x; idx < end; idx += NT) {
         const int h = idx / D, d = idx % D;
         float acc = 0.f;
 #pragma unroll
         for (int r = 0; r < kC; ++r)
-            acc = fmaf(*cl.map_shared_rank(&sm.res_a[h * D + d], r), sm.cw[h * kC + r], acc);
+            acc = fmaf(KERN_RANK_A(h * D + d, r), sm.cw[h * kC + r], acc);
         out_row[h * D + d] = __float2bfloat16(acc / sm.cL[h]);
     }
+#undef KERN_RANK_M
+#undef KERN_RANK_L
+#undef KERN_RANK_A
     KERN_ATL(6);
+#if !KERN_CLUSTER_PUSH
     cl.sync();   // a block's shared memory must outlive the other blocks' reads of it
+#endif
     KERN_ATL(7);
     KERN_ATL_RECORD(out_row);
 }
@@ -402,6 +497,9 @@ __device__ __forceinline__ void cluster_decode(
     float scale, int table_stride)
 {
     __shared__ Smem<D> sm;
+#if KERN_CLUSTER_PUSH
+    cluster_arrive_relaxed();   // awaited before the first push (block_pass)
+#endif
     // Programmatic dependent launch: q, kv_lens and the cache are the previous kernels'.
     KERN_ATTN_WAIT();
     const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
@@ -438,6 +536,9 @@ __device__ __forceinline__ void cluster_rope_decode(
     __shared__ __align__(16) __nv_bfloat16 v_s[D];
     uint4 pk[kUnroll], pv[kUnroll];
     KERN_ATL(0);
+#if KERN_CLUSTER_PUSH
+    cluster_arrive_relaxed();   // awaited before the first push (block_pass)
+#endif
     const Block b = block_of<true>(kv_lens, n_q_heads, n_kv_heads);
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,

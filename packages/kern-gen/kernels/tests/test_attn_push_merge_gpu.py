@@ -1,0 +1,89 @@
+"""GPU test of session 31's cluster attention levers (attn_decode_cluster.cu,
+``-D KERN_CLUSTER_PUSH=1`` and ``-D KERN_CLUSTER_KEYS_FIT=1``, alone and together): bit for
+bit against the attention the examples ship (``examples/qwen3-4b/kernels``), for the plain
+and the folded-rope (Llama and Qwen3) variants on test_attn_cluster_rope_gpu.py's cases
+(contexts 1 to 4096, G = 1 to 4, several rows a launch) plus the key counts around the
+fits' edges (16 and 32 keys a block at d128, 32 and 64 at d64): the same output and the same
+K/V caches.  Skips cleanly without torch, cupy, a GPU or nvcc."""
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_attn_cluster_rope_gpu import CASES, _bits  # noqa: E402
+
+SHIPPED = Path(__file__).resolve().parents[4] / "examples" / "qwen3-4b" / "kernels"
+LEVERS = {
+    "push": ("KERN_CLUSTER_PUSH=1",),
+    "fit": ("KERN_CLUSTER_KEYS_FIT=1",),
+    "both": ("KERN_CLUSTER_PUSH=1", "KERN_CLUSTER_KEYS_FIT=1"),
+}
+# 8 blocks a (row, kv head): a block holds ceil(len / 8) keys; 16 / 32 key groups a block
+# at d128 / d64, so these lengths put a block's count at, just over and just under the fits.
+EDGES = [
+    (32, 8, 128, True, [128, 129, 256, 257, 120]),
+    (9, 3, 64, False, [256, 257, 512, 513, 250]),
+]
+
+
+@pytest.fixture(scope="module", params=sorted(LEVERS))
+def lever(request, env):
+    torch, ok, k = env
+    d = Path(tempfile.mkdtemp(prefix=f"kern-{request.param}-"))
+    (d / "attn_decode_cluster.cubin").write_bytes(
+        ok.cubin_bytes("attn_decode_cluster.cu", LEVERS[request.param]))
+    return ok.Kernels(d)
+
+
+@pytest.fixture(scope="module")
+def shipped(env):
+    torch, ok, k = env
+    if not (SHIPPED / "attn_decode_cluster.cubin").is_file():
+        pytest.skip(f"{SHIPPED} has no attn_decode_cluster.cubin")
+    return ok.Kernels(SHIPPED)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,kv_heads,d,norm,lens", CASES + EDGES)
+def test_lever_has_the_shipped_bits(env, shipped, lever, heads, kv_heads, d, norm, lens):
+    torch, ok, k = env
+    dev, eps = "cuda", 1e-6
+    T = len(lens)
+    g = torch.Generator(device=dev).manual_seed(sum(lens) * 5 + heads + d + norm)
+    pages = ok.contiguous_pages(torch, lens, dev)
+    table = ok.table_of(torch, pages, dev, width=ok.pages_for(max(lens)) + 1)
+    n_slots = sum(len(p) for p in pages) * 16 + 16
+    kc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
+    vc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
+    slots = torch.stack([ok.key_slots(torch, p, L)[L - 1] for p, L in zip(pages, lens)])
+    width = (heads + 2 * kv_heads) * d
+    qkv = (2 * torch.randn((T, width), generator=g, device=dev)).to(torch.bfloat16)
+    q_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
+    k_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
+    pos = torch.tensor([L - 1 for L in lens], device=dev)
+    inv = 1.0 / (1e4 ** (torch.arange(0, d, 2, device=dev).float() / d))
+    ang = (inv[:, None] * pos[None, :].float()).contiguous()
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    scale = 1 / math.sqrt(d)
+    outs = []
+    for kern in (shipped, lever):
+        kb, vb = kc.clone(), vc.clone()
+        out = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device=dev)
+        kern.attn_decode_cluster_rope(qkv, ang, slots, kb, vb, kv_lens, table, out, heads,
+                                      kv_heads, scale, n_slots,
+                                      *((q_w, k_w, eps) if norm else ()))
+        plain = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device=dev)
+        kern.attn_decode_cluster(qkv, width, kb, vb, kv_lens, table, plain, heads, kv_heads,
+                                 scale, T)
+        torch.cuda.synchronize()
+        outs.append((out, kb, vb, plain))
+    (a, ka, va, pa), (b, kb, vb, pb) = outs
+    assert not torch.isnan(a.float()).any() and not torch.isnan(pa.float()).any()
+    for x, y in ((a, b), (ka, kb), (va, vb), (pa, pb)):
+        assert torch.equal(_bits(torch, x), _bits(torch, y))
