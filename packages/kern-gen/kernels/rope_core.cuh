@@ -21,6 +21,10 @@ __device__ __forceinline__ float rope_elem(const __nv_bfloat16* x, int d, int ha
 
 constexpr int kRopeMaxPerLane = 4;   // D / 32 elements a lane: D <= 128
 
+#ifndef KERN_ROPE_LOADS_FIRST
+#define KERN_ROPE_LOADS_FIRST 0
+#endif
+
 // Qwen3 (ABI.md 3e): one warp's head x (bf16 [D], D = 64 or 128) RMS-normed with weight w
 // and rotated; lane l's outputs o[i] are elements d = l + 32·i, i < D / 32.  All in f32 as
 // captured: r = rsqrt(sum x² / D + eps) (FFMA per lane, then an FADD tree), n = w·(x·r),
@@ -36,6 +40,18 @@ __device__ __forceinline__ void norm_rope_warp(const __nv_bfloat16* x,
     // The element and its rotate-half partner d ± D/2 are in the same lane when D/2 is a
     // multiple of 32, i.e. at i ± per/2.
     float v[kRopeMaxPerLane], ss = 0.0f;
+#if KERN_ROPE_LOADS_FIRST
+    // Session 31's lever: the lane's weights and angles are loaded with x, before any
+    // arithmetic.  Loaded where they are used, ptxas issued the angle of element i only after
+    // element i - 1's sincos (its slow path branches): one L2 round trip an element.
+    float wv[kRopeMaxPerLane], av[kRopeMaxPerLane];
+#pragma unroll
+    for (int i = 0; i < kRopeMaxPerLane; ++i) {
+        const int d = lane + 32 * i;
+        wv[i] = i < per ? __bfloat162float(w[d]) : 0.0f;
+        av[i] = i < per ? ang[(int64_t)(d % half) * tokens + t] : 0.0f;
+    }
+#endif
 #pragma unroll
     for (int i = 0; i < kRopeMaxPerLane; ++i) {
         v[i] = i < per ? __bfloat162float(x[lane + 32 * i]) : 0.0f;
@@ -47,8 +63,13 @@ __device__ __forceinline__ void norm_rope_warp(const __nv_bfloat16* x,
     const float r = rsqrtf(ss / (float)head_dim + eps);   // D a power of 2: ss / D is exact
     float n[kRopeMaxPerLane];
 #pragma unroll
-    for (int i = 0; i < kRopeMaxPerLane; ++i)
+    for (int i = 0; i < kRopeMaxPerLane; ++i) {
+#if KERN_ROPE_LOADS_FIRST
+        n[i] = i < per ? wv[i] * (v[i] * r) : 0.0f;
+#else
         n[i] = i < per ? __bfloat162float(w[lane + 32 * i]) * (v[i] * r) : 0.0f;
+#endif
+    }
 #pragma unroll
     for (int i = 0; i < kRopeMaxPerLane; ++i) {
         if (i >= per)
@@ -56,7 +77,11 @@ __device__ __forceinline__ void norm_rope_warp(const __nv_bfloat16* x,
         const int d = lane + 32 * i;
         const int ip = d < half ? i + per / 2 : i - per / 2;
         const float rot = d < half ? -n[ip] : n[ip];
+#if KERN_ROPE_LOADS_FIRST
+        const float a = av[i];
+#else
         const float a = ang[(int64_t)(d % half) * tokens + t];
+#endif
         o[i] = __float2bfloat16_rn(rope_rotate(n[i], rot, a));
     }
 }

@@ -1,5 +1,6 @@
 """GPU test of session 31's cluster attention levers (attn_decode_cluster.cu,
-``-D KERN_CLUSTER_PUSH=1`` and ``-D KERN_CLUSTER_KEYS_FIT=1``, alone and together): bit for
+``-D KERN_CLUSTER_PUSH=1``, ``-D KERN_CLUSTER_KEYS_FIT=1`` and ``-D KERN_ROPE_LOADS_FIRST=1``
+(rope_core.cuh), alone and together): bit for
 bit against the attention the examples ship (``examples/qwen3-4b/kernels``), for the plain
 and the folded-rope (Llama and Qwen3) variants on test_attn_cluster_rope_gpu.py's cases
 (contexts 1 to 4096, G = 1 to 4, several rows a launch) plus the key counts around the
@@ -22,7 +23,8 @@ SHIPPED = Path(__file__).resolve().parents[4] / "examples" / "qwen3-4b" / "kerne
 LEVERS = {
     "push": ("KERN_CLUSTER_PUSH=1",),
     "fit": ("KERN_CLUSTER_KEYS_FIT=1",),
-    "both": ("KERN_CLUSTER_PUSH=1", "KERN_CLUSTER_KEYS_FIT=1"),
+    "loads": ("KERN_ROPE_LOADS_FIRST=1",),
+    "all": ("KERN_CLUSTER_PUSH=1", "KERN_CLUSTER_KEYS_FIT=1", "KERN_ROPE_LOADS_FIRST=1"),
 }
 # 8 blocks a (row, kv head): a block holds ceil(len / 8) keys; 16 / 32 key groups a block
 # at d128 / d64, so these lengths put a block's count at, just over and just under the fits.
