@@ -221,8 +221,7 @@ for step in "${STEPS[@]}"; do
         --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:attn=lev_pm/attn-qwen3 \
         --lever qwen3:lastwave=lev_pm/lw-qwen3 --no-baseline > "$OUT/pm_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/pm_bench.txt" | grep -v shards | tail -20
-      for v in "" "-D KERN_CLUSTER_PUSH=1 -D KERN_CLUSTER_KEYS_FIT=1" \
-          "-D KERN_CLUSTER_PUSH=1 -D KERN_CLUSTER_KEYS_FIT=1 -D KERN_ROPE_LOADS_FIRST=1"; do
+      for v in "" "-D KERN_CLUSTER_PUSH=1 -D KERN_CLUSTER_KEYS_FIT=1 -D KERN_ROPE_LOADS_FIRST=1"; do
         b=/tmp/own_atl$(echo "$v" | tr -dc 'A-Z' | md5sum | cut -c1-6)
         [ -f $b/gemv.cubin ] || python3 $KD/build.py $b -D KERN_GEMV_TIMELINE=1 \
           -D KERN_ATTN_TIMELINE=1 $v > /tmp/kern-build-pm.txt 2>&1 || { tail /tmp/kern-build-pm.txt; rc=1; }
