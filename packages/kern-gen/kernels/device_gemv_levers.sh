@@ -103,8 +103,8 @@
 #           -D KERN_GEMV_LAST_WAVE=1 (gemv_core.cuh: the SiLU GEMV's last
 #           wave triggers right after its wait, so down launches while it runs; Qwen3 only,
 #           SmolLM2's gate_up is one wave).  Their GPU tests (the attention's against the
-#           examples' cubin; the SiLU GEMV's bits and PDL chain), kern-run bench of both
-#           models against the examples (PDL off/on, tokens compared), then the attention
+#           examples' cubin; the SiLU GEMV's bits and PDL chain) after kern-run bench of
+#           both models against the examples (PDL off/on, tokens compared), then the attention
 #           timeline of the build and of the attention levers.  Lever folders made on the
 #           CPU machine (untracked):
 #             variant_lever.py lev_pm/attn-qwen3 --preset qwen3 -D KERN_CLUSTER_PUSH=1 \
@@ -213,14 +213,14 @@ for step in "${STEPS[@]}"; do
       for d in attn-qwen3 lw-qwen3 push-llama both-llama; do
         [ -f lev_pm/$d/manifest.json ] || { echo "lev_pm/$d missing (see the header)"; exit 2; }
       done
-      KERN_KERNELS_CUBINS=/tmp/own timeout 240 python3 -m pytest -q -m gpu \
-        $K/test_attn_push_merge_gpu.py $K/test_gemv_silu_et_gpu.py > "$OUT/pm_tests.txt" 2>&1 || rc=1
-      echo "push-merge and last-wave GPU tests: $(tail -n 1 "$OUT/pm_tests.txt")"
       timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
         --lever smollm2:push=lev_pm/push-llama --lever smollm2:both=lev_pm/both-llama \
         --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:attn=lev_pm/attn-qwen3 \
         --lever qwen3:lastwave=lev_pm/lw-qwen3 --no-baseline > "$OUT/pm_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/pm_bench.txt" | grep -v shards | tail -20
+      KERN_KERNELS_CUBINS=/tmp/own timeout 240 python3 -m pytest -q -m gpu \
+        $K/test_attn_push_merge_gpu.py $K/test_gemv_silu_et_gpu.py > "$OUT/pm_tests.txt" 2>&1 || rc=1
+      echo "push-merge and last-wave GPU tests: $(tail -n 1 "$OUT/pm_tests.txt")"
       for v in "" "-D KERN_CLUSTER_PUSH=1 -D KERN_CLUSTER_KEYS_FIT=1 -D KERN_ROPE_LOADS_FIRST=1"; do
         b=/tmp/own_atl$(echo "$v" | tr -dc 'A-Z' | md5sum | cut -c1-6)
         [ -f $b/gemv.cubin ] || python3 $KD/build.py $b -D KERN_GEMV_TIMELINE=1 \
