@@ -359,8 +359,12 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
 {
     constexpr int NT = Threads<D>::value;
     cg::cluster_group cl = cg::this_cluster();
+#if KERN_CLUSTER_PUSH
     const int per = (group * D + kC - 1) / kC;   // res_a elements a rank merges
     const Sink sink{rank, per};
+#else
+    const Sink sink{rank, 0};   // unused: each block keeps its state (the build's code)
+#endif
     switch (group) {
         case 1: block_pass_fit<D, 1, PRE>(a, sm, pk, pv, sink); break;
         case 2: block_pass_fit<D, 2, PRE>(a, sm, pk, pv, sink); break;
@@ -407,6 +411,9 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
         }
     }
     __syncthreads();
+#if !KERN_CLUSTER_PUSH
+    const int per = (group * D + kC - 1) / kC;
+#endif
     const int end = min(group * D, (rank + 1) * per);
     for (int idx = rank * per + threadIdx.x; idx < end; idx += NT) {
         const int h = idx / D, d = idx % D;
