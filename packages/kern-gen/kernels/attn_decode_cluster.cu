@@ -7,7 +7,8 @@
 // dependent launch.  Here the kC = 8 splits of a (row, kv head) are one thread-block
 // cluster: each block reduces its keys to (M, L, a) per query head in its shared memory,
 // the cluster barrier publishes them, and each block merges the eight through DSMEM for
-// its 1/8 of `out` and writes it.  No scratch, no atomic, no second launch.  In the decode step (kern-run
+// its 1/8 of `out` and writes it (at d64 the states are pushed instead: below, session 31).
+// No scratch, no atomic, no second launch.  In the decode step (kern-run
 // bench, H100, PDL on, this 256-thread build): SmolLM2 0.707 -> 0.640 ms/token, Qwen3-4B shape
 // 3.636 -> 3.582; with the rope folded in (below) 0.594 and 3.520 (docs/measurements.md,
 // session 22).
@@ -31,7 +32,8 @@
 // appends one record tagged with its output row (kern_timeline.cuh): t[0] entry, t[1] first
 // key batch issued (before the wait), t[2] wait returned, t[3] q (and the new k / v) ready in
 // shared memory, t[4] the block's pass and in-block merge done, t[5] first cluster barrier
-// passed, t[6] the block's share of the cluster merge done, t[7] second barrier passed.
+// passed, t[6] the block's share of the cluster merge done, t[7] second barrier passed (t[6]
+// again with the pushed merge, which has none).
 #ifndef KERN_ATTN_TIMELINE
 #define KERN_ATTN_TIMELINE 0
 #endif
@@ -107,30 +109,41 @@ constexpr int kC = KERN_CLUSTER_SPLITS;   // blocks of a cluster = splits of a (
 // 30): the Qwen3-4B shape 3.202 -> 3.177 ms/token, SmolLM2 0.489 -> 0.479; the attention's
 // last exit after the qkv GEMV's last store 7.23 -> 6.66 us (probe_attn_timeline.py).
 
-// Session 31's levers (0 in the build until measured; both keep every output bit):
-// KERN_CLUSTER_PUSH: each block pushes its merged state into the kC blocks' shared memory
-//   (each block receives the slice of res_a it merges) before one cluster barrier, instead
-//   of publishing it and pulling the others' through DSMEM after it; the cluster's start is
-//   awaited by a barrier arrived at the kernel's entry, so no barrier guards the exit.
-// KERN_CLUSTER_KEYS_FIT: a block whose keys fit one pass of U < kUnroll keys a key group
+// Session 31 (both keep every output bit; docs/measurements.md):
+// - pushed merge: each block stores its merged state through DSMEM into the shared memory
+//   of the kC blocks (each receives the slice of res_a it merges) before one cluster
+//   barrier, instead of publishing it, the others pulling it after the barrier and a second
+//   barrier guarding its shared memory until they have; the cluster's start (which a DSMEM
+//   store needs) is awaited by a barrier arrived at the kernel's entry.
+// - fitted passes: a block whose keys fit one pass of U < kUnroll keys a key group
 //   (count <= U * NG) runs block_pass with U; the key slots U .. kUnroll - 1 it skips would
-//   have been masked (score -inf, weight and value 0: exact zeros added), so the bits are
-//   those of U = kUnroll.
-#ifndef KERN_CLUSTER_PUSH
-#define KERN_CLUSTER_PUSH 0
+//   have been masked (score -inf, weight and value 0: exact zeros added).
+// Measured together (H100, kern-run bench same process, tokens identical; a GPU test
+// compared them bit for bit with the old build on 18 cases, commit 7335ffa):
+// SmolLM2 (d64) 0.478 -> 0.447 ms/token (the pushed merge alone 0.463).  They are the d64
+// code.  At d128 the Qwen3-4B shape measured them only together with rope_core.cuh's
+// KERN_ROPE_LOADS_FIRST: 3.092 -> 3.131 ms/token with PDL (slower; 3.431 -> 3.405 without),
+// although the attention alone got faster (probe_attn_timeline.py: last exit after qkv's
+// last store 6.78 -> 5.92 us), so d128 keeps the old merge until they are measured without
+// it: -D KERN_CLUSTER_PUSH_D128=1 (a lever build) gives d128 both.
+#ifndef KERN_CLUSTER_PUSH_D128
+#define KERN_CLUSTER_PUSH_D128 0
 #endif
-#ifndef KERN_CLUSTER_KEYS_FIT
-#define KERN_CLUSTER_KEYS_FIT 0
-#endif
+template <int D>
+struct Merge {
+    static constexpr bool kPush = D == 64 || KERN_CLUSTER_PUSH_D128;   // and fitted passes
+};
 
 template <int D> struct Threads;
 template <> struct Threads<64> { static constexpr int value = KERN_CLUSTER_THREADS_D64; };
 template <> struct Threads<128> { static constexpr int value = KERN_CLUSTER_THREADS_D128; };
 
 // Shared memory of a block: the key groups' partial states, then the block's merged state
-// (read by every block of the cluster through DSMEM) and the merges' weights.
+// (read by every block of the cluster through DSMEM where the merge is not pushed) and the
+// merges' weights; with the pushed merge (Merge<D>::kPush), after them, the inbox the
+// cluster's blocks store their merged states' slices into.
 template <int D>
-struct Smem {
+struct SmemBase {
     static constexpr int NG = Threads<D>::value / (D / 8);   // key groups of a block
     float m[NG * kMaxG];
     float l[NG * kMaxG];
@@ -141,12 +154,17 @@ struct Smem {
     float gw[kMaxG * NG];    // in-block merge: 2^(m_g - M) per (head, key group)
     float cw[kMaxG * kC];    // cluster merge: 2^(M_r - M) per (head, rank)
     float cL[kMaxG];         // cluster merge: the merged L per head
-#if KERN_CLUSTER_PUSH
+};
+
+template <int D, bool kPush = Merge<D>::kPush>
+struct Smem : SmemBase<D> {};
+
+template <int D>
+struct Smem<D, true> : SmemBase<D> {
     static constexpr int kSlice = kMaxG * D / kC;   // res_a elements a block merges, at most
     float in_m[kC * kMaxG];  // rank r's res_m / res_l of head h at [r * kMaxG + h]
     float in_l[kC * kMaxG];
     float in_a[kC * kSlice]; // rank r's res_a over this block's slice at [r * kSlice + j]
-#endif
 };
 
 // Cluster barrier halves (PTX barrier.cluster; every thread of the block executes them).
@@ -178,7 +196,7 @@ struct Pass {
 // (-inf: no key), res_l the sum of 2^(s - res_m), res_a the unnormalised accumulator.  The
 // per-key arithmetic is the split pair's (attn_decode_split.cu decode_pass).
 // Where block_pass leaves the block's merged state: its own shared memory (res_m, res_l,
-// res_a), or (KERN_CLUSTER_PUSH) every rank's inbox, once the cluster has started.
+// res_a), or (Merge<D>::kPush) every rank's inbox, once the cluster has started.
 struct Sink {
     int rank, per;   // this block's cluster rank; res_a elements a rank merges
 };
@@ -275,10 +293,9 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         for (int j = 0; j < 8; ++j) sm.acc[(kg * kMaxG + h) * D + sub * 8 + j] = acc[h][j];
     }
     __syncthreads();
-#if KERN_CLUSTER_PUSH
     cg::cluster_group cl = cg::this_cluster();
-    cluster_wait();   // every block of the cluster runs: its inbox may be written
-#endif
+    if constexpr (Merge<D>::kPush)
+        cluster_wait();   // every block of the cluster runs: its inbox may be written
     static_assert(NG <= 32 && G <= NT / 32, "a warp per head, a lane per key group");
     // The key groups merged in group order (M = max, weights 2^(m_g - M), empty groups 0):
     // warp h finds head h's M by a shuffle max (exact in any order) and each lane g its
@@ -296,16 +313,16 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
         if (g == 0) {
             float L = 0.f;
             for (int k = 0; k < NG; ++k) L = fmaf(sm.l[k * kMaxG + h], sm.gw[h * NG + k], L);
-#if KERN_CLUSTER_PUSH
+            if constexpr (Merge<D>::kPush) {
 #pragma unroll
-            for (int r = 0; r < kC; ++r) {
-                *cl.map_shared_rank(&sm.in_m[sink.rank * kMaxG + h], r) = M;
-                *cl.map_shared_rank(&sm.in_l[sink.rank * kMaxG + h], r) = L;
+                for (int r = 0; r < kC; ++r) {
+                    *cl.map_shared_rank(&sm.in_m[sink.rank * kMaxG + h], r) = M;
+                    *cl.map_shared_rank(&sm.in_l[sink.rank * kMaxG + h], r) = L;
+                }
+            } else {
+                sm.res_m[h] = M;
+                sm.res_l[h] = L;
             }
-#else
-            sm.res_m[h] = M;
-            sm.res_l[h] = L;
-#endif
         }
     }
     __syncthreads();
@@ -315,41 +332,43 @@ __device__ __forceinline__ void block_pass(const Pass& a, Smem<D>& sm,
 #pragma unroll 8
         for (int g = 0; g < NG; ++g)
             acc = fmaf(sm.acc[(g * kMaxG + h) * D + d], sm.gw[h * NG + g], acc);
-#if KERN_CLUSTER_PUSH
-        const int dst = idx / sink.per;   // the rank that merges element idx
-        *cl.map_shared_rank(&sm.in_a[sink.rank * Smem<D>::kSlice + idx - dst * sink.per], dst) = acc;
-#else
-        sm.res_a[h * D + d] = acc;
-#endif
+        if constexpr (Merge<D>::kPush) {
+            const int dst = idx / sink.per;   // the rank that merges element idx
+            *cl.map_shared_rank(&sm.in_a[sink.rank * Smem<D>::kSlice + idx - dst * sink.per],
+                                dst) = acc;
+        } else {
+            sm.res_a[h * D + d] = acc;
+        }
     }
 }
 
 // block_pass with the fewest keys a key group that hold the block's keys in one pass
-// (KERN_CLUSTER_KEYS_FIT; the same bits as U = kUnroll), else kUnroll.
+// (Merge<D>::kPush's fitted passes; the same bits as U = kUnroll), else kUnroll.
 template <int D, int G, bool PRE>
 __device__ __forceinline__ void block_pass_fit(const Pass& a, Smem<D>& sm,
                                                const uint4 (&pk)[kUnroll],
                                                const uint4 (&pv)[kUnroll], const Sink& sink)
 {
-#if KERN_CLUSTER_KEYS_FIT
-    constexpr int NG = Smem<D>::NG;
-    const int count = a.k_end - a.k_begin;   // block-uniform
-    static_assert(kUnroll == 4, "the fits below are 1, 2 and kUnroll keys a key group");
-    if (count <= NG) {
-        block_pass<D, G, 1, PRE>(a, sm, pk, pv, sink);
-        return;
+    if constexpr (Merge<D>::kPush) {
+        constexpr int NG = Smem<D>::NG;
+        const int count = a.k_end - a.k_begin;   // block-uniform
+        static_assert(kUnroll == 4, "the fits below are 1, 2 and kUnroll keys a key group");
+        if (count <= NG) {
+            block_pass<D, G, 1, PRE>(a, sm, pk, pv, sink);
+            return;
+        }
+        if (count <= 2 * NG) {
+            block_pass<D, G, 2, PRE>(a, sm, pk, pv, sink);
+            return;
+        }
     }
-    if (count <= 2 * NG) {
-        block_pass<D, G, 2, PRE>(a, sm, pk, pv, sink);
-        return;
-    }
-#endif
     block_pass<D, G, kUnroll, PRE>(a, sm, pk, pv, sink);
 }
 
 // The block's pass (G = group query heads), then the cluster's merge: each block reads the
-// kC blocks' states through DSMEM, merges them in rank order (deterministic; empty splits
-// weigh 0) for its 1/kC of out[t, qh0 .. qh0 + group) and writes that.
+// kC blocks' states (through DSMEM, or pushed into its inbox), merges them in rank order
+// (deterministic; empty splits weigh 0) for its 1/kC of out[t, qh0 .. qh0 + group) and
+// writes that.
 // PRE: pk / pv hold the block's first key batch (first_batch).
 template <int D, bool PRE>
 __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int rank,
@@ -359,12 +378,10 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
 {
     constexpr int NT = Threads<D>::value;
     cg::cluster_group cl = cg::this_cluster();
-#if KERN_CLUSTER_PUSH
-    const int per = (group * D + kC - 1) / kC;   // res_a elements a rank merges
-    const Sink sink{rank, per};
-#else
-    const Sink sink{rank, 0};   // unused: each block keeps its state (the build's code)
-#endif
+    constexpr bool kPush = Merge<D>::kPush;
+    // res_a elements a rank merges (computed after the pass where the block keeps its state)
+    const int per_push = kPush ? (group * D + kC - 1) / kC : 0;
+    const Sink sink{rank, per_push};
     switch (group) {
         case 1: block_pass_fit<D, 1, PRE>(a, sm, pk, pv, sink); break;
         case 2: block_pass_fit<D, 2, PRE>(a, sm, pk, pv, sink); break;
@@ -374,17 +391,16 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
     KERN_ATL(4);
     cl.sync();   // release/acquire: every block's merged state is visible where it is read
     KERN_ATL(5);
-#if KERN_CLUSTER_PUSH
-    // The pushed states are local now: rank r's (M, L) of head h at in_m / in_l [r][h], its
-    // res_a over this block's slice at in_a[r][j].
-#define KERN_RANK_M(h, r) sm.in_m[(r) * kMaxG + (h)]
-#define KERN_RANK_L(h, r) sm.in_l[(r) * kMaxG + (h)]
-#define KERN_RANK_A(idx, r) sm.in_a[(r) * Smem<D>::kSlice + (idx) - rank * per]
-#else
-#define KERN_RANK_M(h, r) (*cl.map_shared_rank(&sm.res_m[h], r))
-#define KERN_RANK_L(h, r) (*cl.map_shared_rank(&sm.res_l[h], r))
-#define KERN_RANK_A(idx, r) (*cl.map_shared_rank(&sm.res_a[idx], r))
-#endif
+    // Rank r's res_m / res_l of head h and (rank_a below) res_a element idx: pushed, in this
+    // block's inbox; kept, in rank r's shared memory (DSMEM).
+    auto rank_m = [&](int h, int r) -> float {
+        if constexpr (kPush) return sm.in_m[r * kMaxG + h];
+        else return *cl.map_shared_rank(&sm.res_m[h], r);
+    };
+    auto rank_l = [&](int h, int r) -> float {
+        if constexpr (kPush) return sm.in_l[r * kMaxG + h];
+        else return *cl.map_shared_rank(&sm.res_l[h], r);
+    };
     // Lane (h, r) of the first G * kC threads reads rank r's (M, L) of head h; the kC lanes of
     // a head find M by a shuffle max, their weights 2^(M_r - M) and L in rank order.  Then
     // each block merges its 1/kC of the output elements, the ranks in rank order.
@@ -392,8 +408,8 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
     if (threadIdx.x < 32 * ((group * kC + 31) / 32)) {
         const int h = threadIdx.x / kC, r = threadIdx.x % kC;
         const bool on = h < group;
-        const float mr = on ? KERN_RANK_M(h, r) : -CUDART_INF_F;
-        const float lr = on ? KERN_RANK_L(h, r) : 0.f;
+        const float mr = on ? rank_m(h, r) : -CUDART_INF_F;
+        const float lr = on ? rank_l(h, r) : 0.f;
         float M = mr;
 #pragma unroll
         for (int off = kC / 2; off > 0; off >>= 1)
@@ -411,25 +427,23 @@ __device__ __forceinline__ void attend_and_merge(const Pass& a, int group, int r
         }
     }
     __syncthreads();
-#if !KERN_CLUSTER_PUSH
-    const int per = (group * D + kC - 1) / kC;
-#endif
+    const int per = kPush ? per_push : (group * D + kC - 1) / kC;
+    auto rank_a = [&](int idx, int r) -> float {
+        if constexpr (kPush) return sm.in_a[r * Smem<D>::kSlice + idx - rank * per];
+        else return *cl.map_shared_rank(&sm.res_a[idx], r);
+    };
     const int end = min(group * D, (rank + 1) * per);
     for (int idx = rank * per + threadIdx.x; idx < end; idx += NT) {
         const int h = idx / D, d = idx % D;
         float acc = 0.f;
 #pragma unroll
         for (int r = 0; r < kC; ++r)
-            acc = fmaf(KERN_RANK_A(h * D + d, r), sm.cw[h * kC + r], acc);
+            acc = fmaf(rank_a(h * D + d, r), sm.cw[h * kC + r], acc);
         out_row[h * D + d] = __float2bfloat16(acc / sm.cL[h]);
     }
-#undef KERN_RANK_M
-#undef KERN_RANK_L
-#undef KERN_RANK_A
     KERN_ATL(6);
-#if !KERN_CLUSTER_PUSH
-    cl.sync();   // a block's shared memory must outlive the other blocks' reads of it
-#endif
+    if constexpr (!kPush)
+        cl.sync();   // a block's shared memory must outlive the other blocks' reads of it
     KERN_ATL(7);
     KERN_ATL_RECORD(out_row);
 }
@@ -504,9 +518,8 @@ __device__ __forceinline__ void cluster_decode(
     float scale, int table_stride)
 {
     __shared__ Smem<D> sm;
-#if KERN_CLUSTER_PUSH
-    cluster_arrive_relaxed();   // awaited before the first push (block_pass)
-#endif
+    if constexpr (Merge<D>::kPush)
+        cluster_arrive_relaxed();   // awaited before the first push (block_pass)
     // Programmatic dependent launch: q, kv_lens and the cache are the previous kernels'.
     KERN_ATTN_WAIT();
     const Block b = block_of(kv_lens, n_q_heads, n_kv_heads);
@@ -543,9 +556,8 @@ __device__ __forceinline__ void cluster_rope_decode(
     __shared__ __align__(16) __nv_bfloat16 v_s[D];
     uint4 pk[kUnroll], pv[kUnroll];
     KERN_ATL(0);
-#if KERN_CLUSTER_PUSH
-    cluster_arrive_relaxed();   // awaited before the first push (block_pass)
-#endif
+    if constexpr (Merge<D>::kPush)
+        cluster_arrive_relaxed();   // awaited before the first push (block_pass)
     const Block b = block_of<true>(kv_lens, n_q_heads, n_kv_heads);
     first_batch<D>(k_cache + b.hk * ksh, v_cache + b.hk * vsh,
                    block_table + (int64_t)b.t * table_stride, kss, vss, b.k_begin, b.k_end,

@@ -94,26 +94,21 @@
 #   (ropeprewait: session 30's -D KERN_ATTN_ROPE_PREWAIT=1, the folded attention's norm weights,
 #           angles and their cos / sin before its wait; run inline in its c17 on an H100 and
 #           removed (commit 746b5e4 has it): bits equal, Qwen3 3.092 -> 3.141 ms/token)
-#   pushmerge  session 31's attention levers (attn_decode_cluster.cu; both keep the bits):
-#           -D KERN_CLUSTER_PUSH=1 (each block pushes its merged state into the cluster's
-#           inboxes before one barrier; no barrier before the exit) and with it
-#           -D KERN_CLUSTER_KEYS_FIT=1 (a block whose keys fit 1 or 2 keys a key group runs
-#           that pass), with them -D KERN_ROPE_LOADS_FIRST=1 (rope_core.cuh: the q/k norm's
-#           weights and angles loaded with x, not one round trip an element); and
-#           -D KERN_GEMV_LAST_WAVE=1 (gemv_core.cuh: the SiLU GEMV's last
-#           wave triggers right after its wait, so down launches while it runs; Qwen3 only,
-#           SmolLM2's gate_up is one wave).  Their GPU tests (the attention's against the
-#           examples' cubin; the SiLU GEMV's bits and PDL chain) after kern-run bench of
-#           both models against the examples (PDL off/on, tokens compared), then the attention
-#           timeline of the build and of the attention levers.  Lever folders made on the
-#           CPU machine (untracked):
-#             variant_lever.py lev_pm/attn-qwen3 --preset qwen3 -D KERN_CLUSTER_PUSH=1 \
-#               -D KERN_CLUSTER_KEYS_FIT=1 -D KERN_ROPE_LOADS_FIRST=1
-#             variant_lever.py lev_pm/both-llama --preset llama -D KERN_CLUSTER_PUSH=1 \
-#               -D KERN_CLUSTER_KEYS_FIT=1
-#             variant_lever.py lev_pm/push-llama --preset llama -D KERN_CLUSTER_PUSH=1
-#             variant_lever.py lev_pm/lw-qwen3 --preset qwen3 -D KERN_GEMV_LAST_WAVE=1
-#                                                                    -> $OUT/pm_*.txt
+#   pushmerge  session 31's d128 attention lever (attn_decode_cluster.cu: the pushed merge and
+#           fitted passes, the d64 code since session 31, measured on d128 only together with
+#           rope_core.cuh's -D KERN_ROPE_LOADS_FIRST=1, which was slower): the Qwen3-4B shape
+#           with -D KERN_CLUSTER_PUSH_D128=1 alone and with the loads.  Its GPU test against
+#           the build's bits and the cluster attention's tests, kern-run bench against the
+#           example (PDL off/on, tokens compared), then the attention timeline of the build
+#           and of the lever.  Lever folders made on the CPU machine (untracked):
+#             variant_lever.py lev_pm/push-qwen3 --preset qwen3 -D KERN_CLUSTER_PUSH_D128=1
+#             variant_lever.py lev_pm/loads-qwen3 --preset qwen3 -D KERN_CLUSTER_PUSH_D128=1 \
+#               -D KERN_ROPE_LOADS_FIRST=1                           -> $OUT/pm_*.txt
+#           (session 31's c1 ran its first form: SmolLM2 0.478 -> 0.463 (pushed merge) ->
+#           0.447 (and fitted passes), now the d64 code; the Qwen3-4B shape with all three
+#           3.092 -> 3.131; the SiLU GEMV's last wave triggering early, -D
+#           KERN_GEMV_LAST_WAVE=1, 3.144 (GEMMs alone 2.870 vs 2.815), removed: commit
+#           7335ffa has both)
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -210,19 +205,19 @@ for step in "${STEPS[@]}"; do
       timeout 180 python3 $KD/probe_attn_timeline.py /tmp/own_atl 2>&1 | tee "$OUT/attn_timeline.txt"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     pushmerge)
-      for d in attn-qwen3 lw-qwen3 push-llama both-llama; do
+      for d in push-qwen3 loads-qwen3; do
         [ -f lev_pm/$d/manifest.json ] || { echo "lev_pm/$d missing (see the header)"; exit 2; }
       done
-      timeout 360 python3 -m kern_run.cli bench --case smollm2 --random-weights \
-        --lever smollm2:push=lev_pm/push-llama --lever smollm2:both=lev_pm/both-llama \
-        --case qwen3 --qwen3 examples/qwen3-4b --lever qwen3:attn=lev_pm/attn-qwen3 \
-        --lever qwen3:lastwave=lev_pm/lw-qwen3 --no-baseline > "$OUT/pm_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/pm_bench.txt" | grep -v shards | tail -20
+      timeout 300 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
+        --lever qwen3:push=lev_pm/push-qwen3 --lever qwen3:loads=lev_pm/loads-qwen3 \
+        --no-baseline > "$OUT/pm_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/pm_bench.txt" | grep -v shards | tail -12
       KERN_KERNELS_CUBINS=/tmp/own timeout 240 python3 -m pytest -q -m gpu \
-        $K/test_attn_push_merge_gpu.py $K/test_gemv_silu_et_gpu.py > "$OUT/pm_tests.txt" 2>&1 || rc=1
-      echo "push-merge and last-wave GPU tests: $(tail -n 1 "$OUT/pm_tests.txt")"
-      for v in "" "-D KERN_CLUSTER_PUSH=1 -D KERN_CLUSTER_KEYS_FIT=1 -D KERN_ROPE_LOADS_FIRST=1"; do
-        b=/tmp/own_atl$(echo "$v" | tr -dc 'A-Z' | md5sum | cut -c1-6)
+        $K/test_attn_push_merge_gpu.py $K/test_attn_cluster_gpu.py $K/test_attn_cluster_rope_gpu.py \
+        > "$OUT/pm_tests.txt" 2>&1 || rc=1
+      echo "attention GPU tests: $(tail -n 1 "$OUT/pm_tests.txt")"
+      for v in "" "-D KERN_CLUSTER_PUSH_D128=1"; do
+        b=/tmp/own_atl$(echo "$v" | tr -dc 'A-Z0-9' | md5sum | cut -c1-6)
         [ -f $b/gemv.cubin ] || python3 $KD/build.py $b -D KERN_GEMV_TIMELINE=1 \
           -D KERN_ATTN_TIMELINE=1 $v > /tmp/kern-build-pm.txt 2>&1 || { tail /tmp/kern-build-pm.txt; rc=1; }
         echo "== attention timeline, build ${v:-(the build)}"

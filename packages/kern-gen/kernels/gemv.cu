@@ -112,8 +112,7 @@ __device__ __forceinline__ void gemv_silu(const __nv_bfloat16* a,
     if (n0 >= n || m0 >= m) return;                // block-uniform
     // gate rows n0 .. (below n), up rows n + n0 .. (below 2n)
     const int base[2] = {n0, n + n0}, lim[2] = {n, 2 * n};
-    gemv_tiles<2, NoNorm, kEarly, KERN_GEMV_LAST_WAVE != 0>(a, w, m, k, base, lim, m0, red,
-                                                           NoNorm{});
+    gemv_tiles<2, NoNorm, kEarly>(a, w, m, k, base, lim, m0, red, NoNorm{});
     store_silu(red, c, m, n, m0, n0);
     KERN_TL_RECORD(w);
 }

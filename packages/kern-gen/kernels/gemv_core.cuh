@@ -122,30 +122,7 @@ struct NoNorm {
 // variants (gemv_splitk.cu) pass a and w advanced to their k range; the others ld == k.
 // kEarly: launch_dependents right after the wait instead of after the main loop (gemv.cu
 // kern_gemv_et_bf16: for a dependent that reads before its own wait).
-// Session 31's lever (0 in the build until measured; the bits are the build's):
-// KERN_GEMV_LAST_WAVE makes the late-trigger SiLU GEMV of more than one wave (Qwen3's
-// gate_up: 608 blocks, 2 an SM) let the blocks of its last wave trigger right after their
-// wait (not the one-tile kernels: at their 64 registers the flag spilled).  The dependents
-// then launch once the last block is dispatched: no block of this grid is still waiting for
-// an SM, so the dependents take only the SMs its finished blocks free, and stream their
-// first W batch while its last wave runs (session 29's SiLU GEMV triggering early in every
-// block gave down the SMs its later waves needed: gate_up 4 us longer).
-#ifndef KERN_GEMV_LAST_WAVE
-#define KERN_GEMV_LAST_WAVE 0
-#endif
-
-// True for a block of the grid's last wave, taken as its last 2 x (SMs) blocks in dispatch
-// order (x fastest), when the grid has more: 2 resident blocks an SM is the one-tile kernels'
-// launch bound and the SiLU GEMV's occupancy at 8 warps; a grid of one wave has none.
-__device__ __forceinline__ bool in_last_wave() {
-    uint32_t nsm;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    const uint32_t total = gridDim.x * gridDim.y, wave = 2 * nsm;
-    const uint32_t id = blockIdx.x + blockIdx.y * gridDim.x;
-    return total > wave && id >= total - wave;
-}
-
-template <int T, class Norm, bool kEarly = false, bool kLastWave = false>
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
                                               const __nv_bfloat16* __restrict__ w, int m, int k,
                                               int ld, const int (&base)[T], const int (&lim)[T],
@@ -194,9 +171,6 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     asm volatile("griddepcontrol.wait;" ::: "memory");
     KERN_TL(2);
     if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;");
-    if constexpr (kLastWave && !kEarly) {
-        if (in_last_wave()) asm volatile("griddepcontrol.launch_dependents;");
-    }
     norm();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -230,11 +204,7 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
         }
     }
     KERN_TL(4);
-    if constexpr (!kEarly) {
-        // recomputed (two special registers), not held across the loop: at the one-tile
-        // kernels' 64 registers a held flag spilled
-        if (!kLastWave || !in_last_wave()) asm volatile("griddepcontrol.launch_dependents;");
-    }
+    if constexpr (!kEarly) asm volatile("griddepcontrol.launch_dependents;");
 
     // d[0], d[1]: W row g, A rows 2t, 2t + 1; d[2], d[3]: W row g + 8, the same A rows.
 #pragma unroll
@@ -247,12 +217,12 @@ __device__ __forceinline__ void gemv_tiles_ld(const __nv_bfloat16* a,
     __syncthreads();
 }
 
-template <int T, class Norm, bool kEarly = false, bool kLastWave = false>
+template <int T, class Norm, bool kEarly = false>
 __device__ __forceinline__ void gemv_tiles(const __nv_bfloat16* a,
                                            const __nv_bfloat16* __restrict__ w, int m, int k,
                                            const int (&base)[T], const int (&lim)[T], int m0,
                                            float (*red)[T][kRows][kCols], const Norm& norm) {
-    gemv_tiles_ld<T, Norm, kEarly, kLastWave>(a, w, m, k, k, base, lim, m0, red, norm);
+    gemv_tiles_ld<T, Norm, kEarly>(a, w, m, k, k, base, lim, m0, red, norm);
 }
 
 // The warps' partials of tile t, element (mi, col), summed in warp order (deterministic).

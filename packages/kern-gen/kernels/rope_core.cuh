@@ -41,9 +41,12 @@ __device__ __forceinline__ void norm_rope_warp(const __nv_bfloat16* x,
     // multiple of 32, i.e. at i ± per/2.
     float v[kRopeMaxPerLane], ss = 0.0f;
 #if KERN_ROPE_LOADS_FIRST
-    // Session 31's lever: the lane's weights and angles are loaded with x, before any
-    // arithmetic.  Loaded where they are used, ptxas issued the angle of element i only after
-    // element i - 1's sincos (its slow path branches): one L2 round trip an element.
+    // Session 31's lever (0 in the build): the lane's weights and angles are loaded with x,
+    // before any arithmetic.  Loaded where they are used, ptxas issues the angle of element i
+    // only after element i - 1's sincos (its slow path branches): an L2 round trip an element
+    // (nvdisasm of the build).  Measured only together with the cluster attention's pushed
+    // merge at d128 (H100, session 31): the Qwen3-4B shape 3.092 -> 3.131 ms/token with PDL,
+    // slower, though the attention alone got faster (q ready 1.54 -> 1.31 us).
     float wv[kRopeMaxPerLane], av[kRopeMaxPerLane];
 #pragma unroll
     for (int i = 0; i < kRopeMaxPerLane; ++i) {

@@ -1,11 +1,14 @@
-"""GPU test of session 31's cluster attention levers (attn_decode_cluster.cu,
-``-D KERN_CLUSTER_PUSH=1``, ``-D KERN_CLUSTER_KEYS_FIT=1`` and ``-D KERN_ROPE_LOADS_FIRST=1``
-(rope_core.cuh), alone and together): bit for
-bit against the attention the examples ship (``examples/qwen3-4b/kernels``), for the plain
-and the folded-rope (Llama and Qwen3) variants on test_attn_cluster_rope_gpu.py's cases
-(contexts 1 to 4096, G = 1 to 4, several rows a launch) plus the key counts around the
-fits' edges (16 and 32 keys a block at d128, 32 and 64 at d64): the same output and the same
-K/V caches.  Skips cleanly without torch, cupy, a GPU or nvcc."""
+"""GPU test of the d128 lever of the cluster attention's pushed merge and fitted passes
+(attn_decode_cluster.cu ``-D KERN_CLUSTER_PUSH_D128=1``, alone and with rope_core.cuh's
+``-D KERN_ROPE_LOADS_FIRST=1``): bit for bit against the build (whose d128 keeps the old
+merge), on test_attn_cluster_rope_gpu.py's d128 cases (contexts 1 to 4096, G = 1 and 4,
+several rows a launch) plus the key counts around the fits' edges (16 and 32 keys a block):
+the same output and the same K/V caches, for the plain and the folded-rope variants.
+
+Session 31's c1 ran this test's first form (commit 7335ffa: push, fit and loads as separate
+switches for both head sizes, against the examples' cubin of then; 72 passed with the
+SiLU GEMV's), before the d64 code took the pushed merge and fitted passes.  Skips cleanly
+without torch, cupy, a GPU or nvcc."""
 from __future__ import annotations
 
 import math
@@ -19,41 +22,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_attn_cluster_rope_gpu import CASES, _bits  # noqa: E402
 
-SHIPPED = Path(__file__).resolve().parents[4] / "examples" / "qwen3-4b" / "kernels"
 LEVERS = {
-    "push": ("KERN_CLUSTER_PUSH=1",),
-    "fit": ("KERN_CLUSTER_KEYS_FIT=1",),
-    "loads": ("KERN_ROPE_LOADS_FIRST=1",),
-    "all": ("KERN_CLUSTER_PUSH=1", "KERN_CLUSTER_KEYS_FIT=1", "KERN_ROPE_LOADS_FIRST=1"),
+    "push": ("KERN_CLUSTER_PUSH_D128=1",),
+    "push+loads": ("KERN_CLUSTER_PUSH_D128=1", "KERN_ROPE_LOADS_FIRST=1"),
 }
-# 8 blocks a (row, kv head): a block holds ceil(len / 8) keys; 16 / 32 key groups a block
-# at d128 / d64, so these lengths put a block's count at, just over and just under the fits.
-EDGES = [
-    (32, 8, 128, True, [128, 129, 256, 257, 120]),
-    (9, 3, 64, False, [256, 257, 512, 513, 250]),
-]
+# 8 blocks a (row, kv head), 16 key groups a block at d128: a block holds ceil(len / 8)
+# keys, so these lengths put a block's count at, just over and just under the fits.
+EDGES = [(32, 8, 128, True, [128, 129, 256, 257, 120]), (32, 8, 128, False, [16, 200])]
+D128 = [c for c in CASES if c[2] == 128] + EDGES
 
 
 @pytest.fixture(scope="module", params=sorted(LEVERS))
 def lever(request, env):
     torch, ok, k = env
-    d = Path(tempfile.mkdtemp(prefix=f"kern-{request.param}-"))
+    d = Path(tempfile.mkdtemp(prefix="kern-push-d128-"))
     (d / "attn_decode_cluster.cubin").write_bytes(
         ok.cubin_bytes("attn_decode_cluster.cu", LEVERS[request.param]))
     return ok.Kernels(d)
 
 
-@pytest.fixture(scope="module")
-def shipped(env):
-    torch, ok, k = env
-    if not (SHIPPED / "attn_decode_cluster.cubin").is_file():
-        pytest.skip(f"{SHIPPED} has no attn_decode_cluster.cubin")
-    return ok.Kernels(SHIPPED)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads,kv_heads,d,norm,lens", CASES + EDGES)
-def test_lever_has_the_shipped_bits(env, shipped, lever, heads, kv_heads, d, norm, lens):
+@pytest.mark.parametrize("heads,kv_heads,d,norm,lens", D128)
+def test_d128_lever_has_the_build_bits(env, lever, heads, kv_heads, d, norm, lens):
     torch, ok, k = env
     dev, eps = "cuda", 1e-6
     T = len(lens)
@@ -74,7 +64,7 @@ def test_lever_has_the_shipped_bits(env, shipped, lever, heads, kv_heads, d, nor
     kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
     scale = 1 / math.sqrt(d)
     outs = []
-    for kern in (shipped, lever):
+    for kern in (k, lever):
         kb, vb = kc.clone(), vc.clone()
         out = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device=dev)
         kern.attn_decode_cluster_rope(qkv, ang, slots, kb, vb, kv_lens, table, out, heads,

@@ -2,15 +2,13 @@
 launch right after its wait; kern-gen's choice for decode's small SiLU GEMVs, pdl_order
 ``small_early_triggers``): kern_gemv_silu_bf16's bits, and the MLP chain gate_up + SiLU -> h
 -> down launched with PDL 20 times over NaN-poisoned h and output (down starts while gate_up
-still streams and must wait for h), on the Qwen3-4B and SmolLM2 shapes.  The same for
-session 31's last-wave lever (the ``early`` fixture's second parameter).
+still streams and must wait for h), on the Qwen3-4B and SmolLM2 shapes.
 
 Marked ``gpu``; skips without torch, cupy, a GPU or nvcc / $KERN_KERNELS_CUBINS.
 """
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +21,10 @@ from test_gemv_gpu import GUARD, _inputs, env  # noqa: E402,F401
 SYMBOL = "kern_gemv_silu_et_bf16"
 
 
-@pytest.fixture(scope="module", params=["et", "last-wave"])
-def early(request, env):
-    """The early twin, or (session 31's lever) kern_gemv_silu_bf16 built with
-    ``-D KERN_GEMV_LAST_WAVE=1``: the blocks of its last wave trigger right after their wait
-    (gemv_core.cuh), the rest after their main loop; the same contract and bits."""
+@pytest.fixture(scope="module")
+def early(env):
     torch, ok, kern = env
-    if request.param == "et":
-        return kern.fn("gemv.cubin", SYMBOL)
-    d = Path(tempfile.mkdtemp(prefix="kern-last-wave-"))
-    (d / "gemv.cubin").write_bytes(ok.cubin_bytes("gemv.cu", ("KERN_GEMV_LAST_WAVE=1",)))
-    return ok.Kernels(d).fn("gemv.cubin", "kern_gemv_silu_bf16")
+    return kern.fn("gemv.cubin", SYMBOL)
 
 
 def _args(a, w, c, n):
