@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -38,32 +39,44 @@ def _bits(torch, x):
     return x.contiguous().view(torch.int16)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("heads,kv_heads,d,norm,lens", CASES)
-def test_folded_rope_equals_the_two_launches(env, heads, kv_heads, d, norm, lens):
-    torch, ok, k = env
-    dev, eps = "cuda", 1e-6
-    T = len(lens)
-    g = torch.Generator(device=dev).manual_seed(sum(lens) * 7 + heads + d + norm)
+def decode_inputs(torch, ok, heads, kv_heads, d, lens, seed):
+    """One decode launch's inputs, seeded: rows of ``lens`` keys in contiguous pages of
+    random bf16 K/V caches, each row's new-key slot, the qkv rows, the q/k norm weights, the
+    angles [D/2, T] of positions ``lens - 1`` and kv_lens (also test_attn_push_merge_gpu.py)."""
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(seed)
     pages = ok.contiguous_pages(torch, lens, dev)
     table = ok.table_of(torch, pages, dev, width=ok.pages_for(max(lens)) + 1)
     n_slots = sum(len(p) for p in pages) * 16 + 16
     kc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
     vc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
     slots = torch.stack([ok.key_slots(torch, p, L)[L - 1] for p, L in zip(pages, lens)])
-    kc[slots] = float("nan")                 # the new keys' rows: written by the kernels
-    vc[slots] = float("nan")
-    if T > 1:
-        slots[0] -= n_slots                  # negative: counted from the cache's end
     width = (heads + 2 * kv_heads) * d
-    qkv = (2 * torch.randn((T, width), generator=g, device=dev)).to(torch.bfloat16)
+    qkv = (2 * torch.randn((len(lens), width), generator=g, device=dev)).to(torch.bfloat16)
     q_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
     k_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
     pos = torch.tensor([L - 1 for L in lens], device=dev)
     inv = 1.0 / (1e4 ** (torch.arange(0, d, 2, device=dev).float() / d))
     ang = (inv[:, None] * pos[None, :].float()).contiguous()           # [D/2, T] f32
     kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
-    scale = 1 / math.sqrt(d)
+    return SimpleNamespace(table=table, n_slots=n_slots, kc=kc, vc=vc, slots=slots,
+                           width=width, qkv=qkv, q_w=q_w, k_w=k_w, ang=ang, kv_lens=kv_lens,
+                           scale=1 / math.sqrt(d))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,kv_heads,d,norm,lens", CASES)
+def test_folded_rope_equals_the_two_launches(env, heads, kv_heads, d, norm, lens):
+    torch, ok, k = env
+    dev, eps = "cuda", 1e-6
+    T = len(lens)
+    x = decode_inputs(torch, ok, heads, kv_heads, d, lens, sum(lens) * 7 + heads + d + norm)
+    table, n_slots, kc, vc, slots = x.table, x.n_slots, x.kc, x.vc, x.slots
+    qkv, q_w, k_w, ang, kv_lens, scale = x.qkv, x.q_w, x.k_w, x.ang, x.kv_lens, x.scale
+    kc[slots] = float("nan")                 # the new keys' rows: written by the kernels
+    vc[slots] = float("nan")
+    if T > 1:
+        slots[0] -= n_slots                  # negative: counted from the cache's end
 
     ka, va = kc.clone(), vc.clone()          # the two launches
     q_out = torch.full((T, heads * d), float("nan"), dtype=torch.bfloat16, device=dev)

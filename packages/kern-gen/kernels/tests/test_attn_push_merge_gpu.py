@@ -11,7 +11,6 @@ SiLU GEMV's), before the d64 code took the pushed merge and fitted passes.  Skip
 without torch, cupy, a GPU or nvcc."""
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_attn_cluster_rope_gpu import CASES, _bits  # noqa: E402
+from test_attn_cluster_rope_gpu import CASES, _bits, decode_inputs  # noqa: E402
 
 LEVERS = {
     "push": ("KERN_CLUSTER_PUSH_D128=1",),
@@ -45,37 +44,22 @@ def lever(request, env):
 @pytest.mark.parametrize("heads,kv_heads,d,norm,lens", D128)
 def test_d128_lever_has_the_build_bits(env, lever, heads, kv_heads, d, norm, lens):
     torch, ok, k = env
-    dev, eps = "cuda", 1e-6
+    eps = 1e-6
     T = len(lens)
-    g = torch.Generator(device=dev).manual_seed(sum(lens) * 5 + heads + d + norm)
-    pages = ok.contiguous_pages(torch, lens, dev)
-    table = ok.table_of(torch, pages, dev, width=ok.pages_for(max(lens)) + 1)
-    n_slots = sum(len(p) for p in pages) * 16 + 16
-    kc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
-    vc = torch.randn((n_slots, kv_heads, d), generator=g, device=dev).to(torch.bfloat16)
-    slots = torch.stack([ok.key_slots(torch, p, L)[L - 1] for p, L in zip(pages, lens)])
-    width = (heads + 2 * kv_heads) * d
-    qkv = (2 * torch.randn((T, width), generator=g, device=dev)).to(torch.bfloat16)
-    q_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
-    k_w = (1 + 0.5 * torch.randn((d,), generator=g, device=dev)).to(torch.bfloat16)
-    pos = torch.tensor([L - 1 for L in lens], device=dev)
-    inv = 1.0 / (1e4 ** (torch.arange(0, d, 2, device=dev).float() / d))
-    ang = (inv[:, None] * pos[None, :].float()).contiguous()
-    kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
-    scale = 1 / math.sqrt(d)
+    x = decode_inputs(torch, ok, heads, kv_heads, d, lens, sum(lens) * 5 + heads + d + norm)
     outs = []
     for kern in (k, lever):
-        kb, vb = kc.clone(), vc.clone()
-        out = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device=dev)
-        kern.attn_decode_cluster_rope(qkv, ang, slots, kb, vb, kv_lens, table, out, heads,
-                                      kv_heads, scale, n_slots,
-                                      *((q_w, k_w, eps) if norm else ()))
-        plain = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device=dev)
-        kern.attn_decode_cluster(qkv, width, kb, vb, kv_lens, table, plain, heads, kv_heads,
-                                 scale, T)
+        kb, vb = x.kc.clone(), x.vc.clone()
+        out = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kern.attn_decode_cluster_rope(x.qkv, x.ang, x.slots, kb, vb, x.kv_lens, x.table, out,
+                                      heads, kv_heads, x.scale, x.n_slots,
+                                      *((x.q_w, x.k_w, eps) if norm else ()))
+        plain = torch.full((T, heads, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kern.attn_decode_cluster(x.qkv, x.width, kb, vb, x.kv_lens, x.table, plain, heads,
+                                 kv_heads, x.scale, T)
         torch.cuda.synchronize()
         outs.append((out, kb, vb, plain))
     (a, ka, va, pa), (b, kb, vb, pb) = outs
     assert not torch.isnan(a.float()).any() and not torch.isnan(pa.float()).any()
-    for x, y in ((a, b), (ka, kb), (va, vb), (pa, pb)):
-        assert torch.equal(_bits(torch, x), _bits(torch, y))
+    for u, v in ((a, b), (ka, kb), (va, vb), (pa, pb)):
+        assert torch.equal(_bits(torch, u), _bits(torch, v))
