@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import sys
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
