@@ -55,3 +55,34 @@ def test_other_code_fails_with_its_diff(tmp_path):
         cubins.append(out)
     r = _run(*cubins)
     assert r.returncode == 1 and "k.cubin: SASS DIFFERS" in r.stdout
+
+
+@pytest.mark.skipif(not (os.environ.get("NVDISASM") or shutil.which("nvdisasm"))
+                    or not shutil.which("nvcc"), reason="needs nvcc and nvdisasm")
+def test_functions_compare_one_by_one(tmp_path):
+    """--function: a kernel unchanged beside added and changed ones is "SASS same" (its
+    labels renumbered), the changed one differs, and a kernel on one side only fails."""
+    loop = "for (int i = 0; i < n; ++i) o[i] = o[i] * 2.f;"
+    sources = (
+        f'extern "C" __global__ void kf(float* o, int n) {{ {loop} }}\n'
+        'extern "C" __global__ void kg(float* o) { o[0] = 1.f; }\n',
+        f'extern "C" __global__ void ka(float* o, int n) {{ {loop} {loop} }}\n'
+        f'extern "C" __global__ void kf(float* o, int n) {{ {loop} }}\n'
+        'extern "C" __global__ void kg(float* o) { o[0] = 2.f * o[1]; }\n',
+    )
+    cubins = []
+    for i, text in enumerate(sources):
+        src = tmp_path / f"k{i}.cu"
+        src.write_text(text)
+        cubins.append(tmp_path / f"k{i}.cubin")
+        subprocess.run(["nvcc", "-cubin", "-arch=sm_90", str(src), "-o", str(cubins[-1])],
+                       check=True)
+    same = subprocess.run([sys.executable, str(TOOL), *map(str, cubins), "--function", "kf"],
+                          capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout.startswith("kf: SASS same"), same.stdout
+    other = subprocess.run([sys.executable, str(TOOL), *map(str, cubins), "--function", "k"],
+                           capture_output=True, text=True)
+    lines = other.stdout.splitlines()
+    assert other.returncode == 1
+    assert lines[0] == f"ka: only in {cubins[1]}"
+    assert lines[1].startswith("kf: SASS same") and lines[2].startswith("kg: SASS DIFFERS")
