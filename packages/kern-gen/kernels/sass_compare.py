@@ -22,6 +22,7 @@ from its first (nvdisasm numbers them across the cubin, so added code elsewhere 
 them), and exits 1 if one differs or is missing on one side.  Session 31 showed this way that
 the regenerated cluster attention's d128 functions are the shipped ones and its d64 functions
 the measured lever's.
+
 nvdisasm: ``--nvdisasm``, ``$NVDISASM``, PATH, or the CUDA toolkit's; the CPU machine has
 none with nvcc, but NVIDIA's wheel carries one (``pip download --no-deps
 nvidia-cuda-nvdisasm``, unzip, ``nvidia/cu13/bin/nvdisasm``).  Standard library only.
@@ -59,6 +60,7 @@ def sass(nvdisasm: str, cubin: Path) -> list[str]:
 
 LABEL = re.compile(r"\.L_x_\d+")
 TEXT = re.compile(r"^\.text\.(\w+):")
+ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
 
 
 def functions(lines: list[str]) -> dict[str, list[str]]:
@@ -76,9 +78,8 @@ def functions(lines: list[str]) -> dict[str, list[str]]:
             cur, labels = out.setdefault(m.group(1), []), {}
             continue
         if cur is not None:
-            line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)
             cur.append(LABEL.sub(lambda x: labels.setdefault(x.group(0), f".L{len(labels)}"),
-                                 line))
+                                 ADDRESS.sub("", line)))
     return out
 
 
