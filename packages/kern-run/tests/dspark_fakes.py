@@ -315,6 +315,9 @@ class NullDSpark:
         if name == "token_ids":
             self.ids[:len(array)] = array
 
+    def write_scalars(self, values: dict[str, int]) -> None:
+        pass
+
     def copy(self, dst: str, src: str, symbols=None, *, dst_row: int = 0) -> None:
         if src == "draft_tokens":
             t = symbols["tokens"]

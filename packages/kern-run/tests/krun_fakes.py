@@ -66,7 +66,7 @@ class FakePending:
 
 
 class FakeRuntime:
-    """Records ("write", name, array copy), ("copy", dst, src), ("run", program, symbols,
+    """Records ("write", name, array copy), ("write_scalars", values), ("copy", dst, src), ("run", program, symbols,
     graph), ("read", name), ("read_async", name), ("wait", name, value), ("capture", program,
     symbols), ("sync",). ``next_token`` is ``script[i]`` at the i-th decode (-1 past the
     script: a speculative step whose token nobody may use), or ``fn(position)``; each decode
@@ -85,6 +85,11 @@ class FakeRuntime:
     def write(self, name: str, array: np.ndarray) -> None:
         self.inputs[name] = array.copy()
         self.events.append(("write", name, array.copy()))
+
+    def write_scalars(self, values: dict[str, int]) -> None:
+        for name, v in values.items():
+            self.inputs[name] = np.array([v], np.int32 if name == "kv_lens" else np.int64)
+        self.events.append(("write_scalars", dict(values)))
 
     def run(self, program: str, symbols: dict[str, int], *, graph: bool = True) -> None:
         self.events.append(("run", program, dict(symbols), graph))

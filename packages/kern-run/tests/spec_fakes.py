@@ -138,6 +138,16 @@ class KVModelRuntime:
         buf[:len(a)] = a
         self.events.append(("write", name, a.tolist()))
 
+    def write_scalars(self, values: dict[str, int]) -> None:
+        for name, v in values.items():
+            if name not in self.INPUTS or self.buffers[name].ndim != 1:
+                raise Violation(f"write_scalars to `{name}`, not a 1-D input buffer")
+            if not isinstance(v, int):
+                raise Violation(f"write_scalars `{name}`: {v!r} is no int")
+        for name, v in values.items():
+            self.buffers[name][0] = v
+        self.events.append(("write_scalars", dict(values)))
+
     def copy(self, dst: str, src: str, symbols=None, *, dst_row: int = 0) -> None:
         """decode's ``next_token`` into ``token_ids`` row 0, or (DSpark's chained round) the
         first m ``draft_tokens`` into ``token_ids`` rows 1 … m."""
@@ -329,6 +339,9 @@ class NullRuntime:
     def write(self, name: str, array: np.ndarray) -> None:
         if name == "token_ids":
             self.ids[:len(array)] = array
+
+    def write_scalars(self, values: dict[str, int]) -> None:
+        pass
 
     def copy(self, dst: str, src: str, symbols=None) -> None:
         pass

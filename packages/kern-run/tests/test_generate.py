@@ -7,7 +7,10 @@ from krun_fakes import FakeRuntime
 
 
 def writes(rt, name):
-    return [e[2] for e in rt.events if e[0] == "write" and e[1] == name]
+    """What the host wrote into input ``name``, in order: ``write``'s arrays and the values of
+    ``write_scalars`` (one-element lists)."""
+    return [e[2].tolist() if e[0] == "write" else [e[1][name]] for e in rt.events
+            if (e[0] == "write" and e[1] == name) or (e[0] == "write_scalars" and name in e[1])]
 
 
 def test_order_of_calls_and_inputs():
@@ -24,18 +27,20 @@ def test_order_of_calls_and_inputs():
                          ("run", "decode", {"tokens": 1}, True)]
     # the host writes the prompt's ids; each later decode gets the previous one's next_token
     # by a device copy
-    assert [a.tolist() for a in writes(rt, "token_ids")] == [[10, 11, 12, 13], [14], [15]]
+    assert writes(rt, "token_ids") == [[10, 11, 12, 13], [14], [15]]
     assert rt.fed == [15, 50, 51]
-    assert [a.tolist() for a in writes(rt, "positions")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
+    assert writes(rt, "positions") == [[0, 1, 2, 3], [4], [5], [6], [7]]
     # one sequence: slot = position, kv_len = position + 1; pos0 only for host-written calls
-    assert [a.tolist() for a in writes(rt, "slots")] == [[0, 1, 2, 3], [4], [5], [6], [7]]
-    assert [a.tolist() for a in writes(rt, "kv_lens")] == [[1, 2, 3, 4], [5], [6], [7], [8]]
-    assert [a.tolist() for a in writes(rt, "pos0")] == [[0], [4], [5]]
-    assert all(a.dtype == np.int32 for a in writes(rt, "pos0") + writes(rt, "kv_lens"))
+    assert writes(rt, "slots") == [[0, 1, 2, 3], [4], [5], [6], [7]]
+    assert writes(rt, "kv_lens") == [[1, 2, 3, 4], [5], [6], [7], [8]]
+    assert writes(rt, "pos0") == [[0], [4], [5]]
+    assert all(e[2].dtype == np.int32 for e in rt.events
+               if e[0] == "write" and e[1] in ("pos0", "kv_lens"))
     # the identity table, written once for the most rows a call reads
-    assert [a.tolist() for a in writes(rt, "block_table")] == [[[0]] * 4]
+    assert writes(rt, "block_table") == [[[0]] * 4]
     kinds = [e[0] for e in rt.events if e[0] != "capture"]
-    fed = ["copy", "write", "write", "write", "run", "read_async"]
+    # a fed step: the token copied on the device, its three positions as one store operation
+    fed = ["copy", "write_scalars", "run", "read_async"]
     assert kinds == ["write"] + (["write"] * 5 + ["run"]) * 2 + ["sync"] + ["write"] * 5 + \
         ["run", "read_async"] + fed + ["wait"] + fed + ["wait", "wait"]
     assert res.decode_tokens == 2 and res.produced == 3

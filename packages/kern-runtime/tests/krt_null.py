@@ -166,6 +166,14 @@ class NullDevice:
         self.view(dst, nbytes)[:] = self.view(src, nbytes).copy()
         self._log("d2d", dst, src, nbytes, where)
 
+    def write_words(self, words, stream: "NullStream", where: str | None = None) -> None:
+        self._not_capturing(f"write_words ({where})")
+        assert 0 < len(words) <= 255, f"{len(words)} words in one batch"
+        for addr, value in words:
+            assert addr % 4 == 0 and 0 <= value < 2**32, (addr, value)
+            self.view(addr, 4)[:] = np.array([value], "<u4").view(np.uint8)
+        self._log("write_words", tuple(words), where)
+
     def copies(self, segments, stream: "NullStream", where: str) -> "NullCopies":
         self._log("bind copies", tuple(segments), where)
         return NullCopies(self, tuple(segments), where)

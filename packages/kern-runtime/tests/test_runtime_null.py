@@ -175,6 +175,82 @@ def test_write_copies_the_prefix_through_one_staging_buffer(loaded):
     assert dev.ops("h2d")[-1] == ("h2d", rt.addresses.buffers["c"], 128, "write `c`")
 
 
+def scalar_files(root):
+    """The features manifest with i64 and i32 inputs ``p64`` and ``n32``, read by a
+    program ``peek`` of a null kernel of their own."""
+    params = ["in buffer<i64>", "in buffer<i32>"]
+    null_cubin(root / "kernels" / "peek.cubin", {"peek": params})
+
+    def edit(obj):
+        obj["buffers"]["p64"] = {"dtype": "i64", "shape": ["tokens"], "class": "input"}
+        obj["buffers"]["n32"] = {"dtype": "i32", "shape": ["tokens"], "class": "input"}
+        obj["kernels"]["peek"] = {"params": params, "impl": {"steps": [{
+            "symbol": "peek", "params": params, "grid": [1, 1, 1], "block": [32, 1, 1],
+            "args": [{"arg": 0}, {"arg": 1}], "cubin": "peek.cubin"}]}}
+        obj["programs"]["peek"] = {"dispatches": [{"label": "peek", "kernel": "peek", "args": [
+            {"buf": "p64"}, {"buf": "n32"}]}]}
+    return features_files(root, edit)
+
+
+def test_write_scalars_is_one_store_operation_of_the_values_words(tmp_path):
+    m, k, w = scalar_files(tmp_path)
+    rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)
+    p, c = rt.addresses.buffers["p64"], rt.addresses.buffers["n32"]
+    n = len(dev.calls)
+    rt.write_scalars({"p64": -(2**40) - 3, "n32": 2**31 - 1})
+    v = -(2**40) - 3
+    assert since(dev, n) == [("write_words", ((p, v & 0xFFFFFFFF), (p + 4, (v >> 32) & 0xFFFFFFFF),
+                                              (c, 2**31 - 1)), "write_scalars `p64`, `n32`")]
+    assert dev.view(p, 8).tobytes() == np.array([v], np.int64).tobytes()
+    assert dev.view(c, 4).tobytes() == np.array([2**31 - 1], np.int32).tobytes()
+    # the A/B switch: the same bytes through write's staging and copies
+    rt.stream_writes = False
+    n = len(dev.calls)
+    rt.write_scalars({"p64": 12, "n32": -1})
+    assert [x[0] for x in since(dev, n, "h2d", "write_words")] == ["h2d", "h2d"]
+    assert dev.view(p, 8).tobytes() == np.array([12], np.int64).tobytes()
+    assert dev.view(c, 4).tobytes() == np.array([-1], np.int32).tobytes()
+    rt.close()
+
+
+def test_write_scalars_falls_back_to_copies_where_stores_are_not_supported(tmp_path):
+    m, k, w = scalar_files(tmp_path)
+    rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)
+
+    def unsupported(words, stream, where=None):
+        raise CudaError("cuStreamBatchMemOp", "CUDA_ERROR_NOT_SUPPORTED", where=where)
+    dev.write_words = unsupported
+    n = len(dev.calls)
+    rt.write_scalars({"p64": 5, "n32": 6})
+    assert rt.stream_writes is False and len(since(dev, n, "h2d")) == 2
+    assert dev.view(rt.addresses.buffers["p64"], 8).tobytes() == np.int64(5).tobytes()
+    assert dev.view(rt.addresses.buffers["n32"], 4).tobytes() == np.int32(6).tobytes()
+
+    def broken(words, stream, where=None):
+        raise CudaError("cuStreamBatchMemOp", "CUDA_ERROR_ILLEGAL_ADDRESS", where=where)
+    dev.write_words, rt.stream_writes = broken, True
+    with pytest.raises(CudaError, match="ILLEGAL_ADDRESS"):   # any other failure surfaces
+        rt.write_scalars({"p64": 5})
+    rt.close()
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"p64": 1, "x": 2}, "write_scalars takes i32 and i64 buffers, not f32"),
+    ({"n32": 2**31}, "2147483648 is not an i32 value"),
+    ({"p64": 1.5}, "1.5 is not an i64 value"),
+    ({"n32": True}, "True is not an i32 value"),
+    ({"p64": 1, "g": 2}, "only input and carry buffers are written by the caller"),
+])
+def test_write_scalars_refuses_before_queueing_anything(tmp_path, values, message):
+    m, k, w = scalar_files(tmp_path)
+    rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)
+    n = len(dev.calls)
+    with pytest.raises(CallerError, match=message):
+        rt.write_scalars(values)
+    assert dev.calls[n:] == []
+    rt.close()
+
+
 def test_read_shape_follows_symbols_then_the_last_run_then_the_maxima(loaded):
     rt, dev = loaded
     y = rt.addresses.buffers["y"]

@@ -35,6 +35,7 @@ class Writer(Protocol):
     def write(self, name: str, array: np.ndarray) -> None: ...
     def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None, *,
              dst_row: int = 0) -> None: ...
+    def write_scalars(self, values: dict[str, int]) -> None: ...
 
 
 class Inputs:
@@ -107,12 +108,12 @@ class Inputs:
         """The inputs of a one-token decode call at ``pos0`` whose token is the previous
         decode's ``next_token``: that is copied on the device (queued after the previous
         run), only the positions come from the host."""
-        self._positions(1, pos0)
+        if not 0 <= pos0 < I32_MAX:
+            raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
         self.table(rt, 1)
         rt.copy(TOKEN_IDS, NEXT_TOKEN, {SYMBOL: 1})
-        rt.write(POSITIONS, self._pos[:1])
-        rt.write(SLOTS, self._pos[:1])
-        rt.write(KV_LENS, self._lens[:1])       # (pos0 is read by prefill only)
+        # one queued store operation, no staging copies (pos0 is read by prefill only)
+        rt.write_scalars({POSITIONS: pos0, SLOTS: pos0, KV_LENS: pos0 + 1})
 
 
 def table_pages_of(rt: object) -> int:

@@ -156,6 +156,13 @@ class Device(Protocol):
     def d2d(self, dst: int, src: int, nbytes: int, stream: Stream,
             where: str | None = None) -> None: ...
 
+    def write_words(self, words: Sequence[tuple[int, int]], stream: Stream,
+                    where: str | None = None) -> None:
+        """Queue a 32-bit store of each (device address, 4-aligned; value, u32) in
+        ``words`` (1…255 of them) as one operation, in order, ordered like a copy; the
+        values need no pinned memory (CUDA: one ``cuStreamBatchMemOp``). Never while the
+        stream captures."""
+
     def copies(self, segments: Sequence[tuple[int, int, int]], stream: Stream,
                where: str) -> Step:
         """One launch copying every (dst, src, nbytes) segment (at most 8; no destination

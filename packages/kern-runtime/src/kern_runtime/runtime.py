@@ -13,7 +13,8 @@ Contracts:
   without waiting, ``read`` waits for everything queued before it.
 - ``write`` goes through a pinned staging buffer per input and a host-to-device copy
   *outside* any graph, ordered before the next ``run`` on the same stream; ``copy`` feeds one
-  buffer into an input on the device, ordered the same way.
+  buffer into an input on the device, ordered the same way; ``write_scalars`` sets single
+  i32/i64 values as one queued store operation (no staging, no copy).
 - ``read_async`` queues a read and returns at once; its ``wait()`` waits for that read only
   (:mod:`.readback`), so later runs can stay queued while the caller waits.
 - A graph is captured once per (program, symbol values), after the cuBLASLt algorithms for
@@ -33,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from kern_manifest import Manifest, VerifiedManifest, shape_at
+from kern_manifest import INT_RANGES, Manifest, VerifiedManifest, shape_at
 
 from . import errors
 from .artifacts import Resolution, resolve_steps
@@ -54,6 +55,8 @@ from .weights import upload_chunks
 EAGER_CACHE = 32
 #: Reads up to this size go through a pinned buffer; larger ones straight to pageable memory.
 PINNED_READ_MAX = 64 * 2**20
+#: 32-bit words of each buffer dtype :meth:`Runtime.write_scalars` takes.
+_SCALAR_WORDS = {"i32": 1, "i64": 2}
 #: Largest buffer :meth:`Runtime.read_async` takes (its slots are pinned for the runtime's life).
 ASYNC_READ_MAX = 1 * 2**20
 
@@ -117,6 +120,7 @@ class Runtime(SequenceRuns):
         self._graphs: dict[tuple, Any] = {}
         self._graph_info: list[GraphInfo] = []
         self._staging: dict[str, tuple[Any, Any]] = {}   # name -> (PinnedBuffer, Event)
+        self.stream_writes = True     # write_scalars as one store operation (False: write)
         self._read_staging: dict[str, Any] = {}
         self._read_rings: dict[str, Any] = {}            # name -> readback.ReadRing
         self._last_values: dict[str, int] | None = None
@@ -271,6 +275,43 @@ class Runtime(SequenceRuns):
             self._dev.h2d(self.addresses.buffers[name], pinned.addr, n, self._stream,
                           where=f"write `{name}`")
         ev.record(self._stream)
+
+    def write_scalars(self, values: Mapping[str, int]) -> None:
+        """Set the first element of each named input or carry buffer (dtype i32 or i64) to
+        its value, ordered like :meth:`write`: the same as ``write(name, [value])`` for each,
+        as ONE queued operation of 32-bit stores (:meth:`Device.write_words`; an i64 is its
+        two little-endian words) without staging buffers or events. A decode step's
+        positions are three such values. Every value is checked before anything is queued.
+        ``stream_writes = False`` (an attribute, the benches' A/B) writes them with
+        :meth:`write` instead."""
+        words: list[tuple[int, int]] = []
+        for name, value in values.items():
+            b = self._writable(name, f"buffer `{name}`")
+            if b.dtype not in _SCALAR_WORDS:
+                raise CallerError(f"write_scalars takes i32 and i64 buffers, not {b.dtype}",
+                                  where=f"buffer `{name}`", help="use write")
+            lo, hi = INT_RANGES[b.dtype]
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not lo <= int(value) <= hi:
+                raise CallerError(f"{value!r} is not an {b.dtype} value ({lo}…{hi})",
+                                  where=f"buffer `{name}`")
+            addr, v = self.addresses.buffers[name], int(value)
+            words += [(addr + 4 * i, (v >> 32 * i) & 0xFFFFFFFF)
+                      for i in range(_SCALAR_WORDS[b.dtype])]
+        if not words:
+            return
+        if not self.stream_writes:
+            for name, value in values.items():
+                self.write(name, np.array([value], HOST_DTYPES[self._buffer(name).dtype]))
+            return
+        try:
+            self._dev.write_words(words, self._stream, where="write_scalars "
+                                  + ", ".join(f"`{n}`" for n in values))
+        except errors.CudaError as e:
+            if e.code != "CUDA_ERROR_NOT_SUPPORTED":
+                raise
+            self.stream_writes = False    # no stream memory operations here: copies, as before
+            self.write_scalars(values)
 
     def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
         """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:

@@ -95,14 +95,27 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
                 capacity: int | None = None, fixed: bool = False) -> dict:
     """Median decode ms/token over ``reps`` generations of ``steps`` tokens (no EOS), after a
     warm-up; GPU ms per back-to-back decode graph; host ms per step (the difference).
-    ``capacity``/``fixed``: the KV limit (a 16-token prompt + ``steps`` must fit)."""
+    ``capacity``/``fixed``: the KV limit (a 16-token prompt + ``steps`` must fit).
+    Interleaved with each generation, one whose fed steps write their positions by staged
+    copies (``Runtime.stream_writes = False``, the way before session 32) instead of one
+    store operation: ``decode_ms_copies``, and whether its tokens were the same."""
     from ..generate import generate
     prompt = [(17 * i + 5) % (vocab or 1000) for i in range(16)]
-    run = lambda: generate(rt, prompt, steps=steps, chunk=max_tokens,  # noqa: E731
-                           max_tokens=max_tokens, vocab=vocab, capacity=capacity,
-                           fixed_context=fixed)
-    run()
-    per_tok = [r.decode_s / r.decode_tokens for r in (run() for _ in range(reps))]
+
+    def run(stream_writes: bool = True):
+        if hasattr(rt, "stream_writes"):
+            rt.stream_writes = stream_writes
+        try:
+            return generate(rt, prompt, steps=steps, chunk=max_tokens, max_tokens=max_tokens,
+                            vocab=vocab, capacity=capacity, fixed_context=fixed)
+        finally:
+            if hasattr(rt, "stream_writes"):
+                rt.stream_writes = True
+    run(), run(False)
+    pairs = [(run(), run(False)) for _ in range(reps)]
+    per_tok = [a.decode_s / a.decode_tokens for a, _ in pairs]
+    copies = [b.decode_s / b.decode_tokens for _, b in pairs]
+    same = all(a.tokens == b.tokens for a, b in pairs)
     k = max(50, steps)
     rt.synchronize()
     t0 = time.perf_counter()
@@ -112,7 +125,15 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
     gpu = (time.perf_counter() - t0) / k
     ms = median_ms(per_tok)
     return {"decode_ms": ms, "decode_gpu_ms": 1000 * gpu, "host_ms": ms - 1000 * gpu,
-            "samples_ms": [1000 * s for s in per_tok]}
+            "samples_ms": [1000 * s for s in per_tok], "decode_ms_copies": median_ms(copies),
+            "copies_same_tokens": same}
+
+
+def feed_row(rep: Report, case: str, d: dict) -> None:
+    """The A/B row of :func:`kern_decode`: positions by staged copies vs one store op."""
+    rep.add(case, "decode ms/token, positions by copies", f"{d['decode_ms_copies']:.3f}",
+            note=f"A/B: {d['decode_ms']:.3f} by one store operation; tokens "
+                 f"{'identical' if d['copies_same_tokens'] else 'DIFFER'}")
 
 
 def kern_prefill(rt, max_tokens: int, n: int, reps: int, vocab: int | None,
@@ -287,6 +308,7 @@ def _smollm2_case(rep: Report, later: list, b: Any, *, baseline: bool, steps: in
                 f"≤ {t}", "met" if d["decode_ms"] <= t else "MISSED")
         rep.add("smollm2", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                 note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        feed_row(rep, "smollm2", d)
 
 
 def _dspark_case(rep: Report, *, steps: int, limit: int | None, gpu: int) -> None:
@@ -370,6 +392,7 @@ def _qwen3_case(rep: Report, later: list, qwen3_dir: Path | None, *, baseline: b
                 "" if over is None else f"+{over:.1%} over GEMMs: {'met' if over <= t else 'MISSED'}")
         rep.add("qwen3-4b", "decode GPU ms/step (back-to-back)", f"{d['decode_gpu_ms']:.3f}",
                 note=f"host+gaps {d['host_ms']:.3f} ms/step")
+        feed_row(rep, "qwen3-4b", d)
     if g:
         # the weights once at the H200's measured copy bandwidth (../shared/facts/h200.md):
         # a constant, so it names its card (on an H100 the floor is higher)

@@ -115,6 +115,15 @@ class FakePagedRuntime:
         rows = array.shape[0] if array.ndim else 1
         self.log.append(("write", name, rows))
 
+    def write_scalars(self, values: dict[str, int]) -> None:
+        for name in values:
+            if name not in self.inputs or self.buffers[name].ndim != 1:
+                raise FakeRuntimeError(f"write_scalars: `{name}` is not a 1-D input buffer")
+        for name, v in values.items():
+            self.buffers[name][0] = v
+            self.written.add(name)
+        self.log.append(("write_scalars", tuple(values)))
+
     def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None, *,
              dst_row: int = 0) -> None:
         rows = self._tokens(symbols, "copy")

@@ -26,6 +26,7 @@ class CudaDevice:
         self._ctx = Context(ordinal)
         self.max_shared_optin = self._ctx.max_shared_optin
         self._copy_kernel = None      # copies.CopyKernel, loaded on the first copies()
+        self._words = memory.WordWrites()
 
     def describe(self) -> str:
         return self._ctx.describe()
@@ -59,6 +60,10 @@ class CudaDevice:
     h2d = staticmethod(memory.h2d)
     d2h = staticmethod(memory.d2h)
     d2d = staticmethod(memory.d2d)
+
+    def write_words(self, words: Sequence[tuple[int, int]], stream: memory.Stream,
+                    where: str | None = None) -> None:
+        self._words.queue(words, stream, where)
 
     def copies(self, segments: Sequence[tuple[int, int, int]], stream: memory.Stream,
                where: str) -> Any:

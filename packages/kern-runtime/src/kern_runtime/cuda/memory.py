@@ -112,3 +112,35 @@ def d2d(dst: int, src: int, nbytes: int, stream: Stream, where: str | None = Non
 
 def d2h(dst_host: int, src: int, nbytes: int, stream: Stream, where: str | None = None) -> None:
     call("cuMemcpyDtoHAsync", dst_host, src, nbytes, stream.handle, where=where)
+
+
+class WordWrites:
+    """32-bit stores queued on a stream as ONE ``cuStreamBatchMemOp``: each word a
+    ``CU_STREAM_MEM_OP_WRITE_VALUE_32`` with the default flags (ordered after the stream's
+    earlier work, behind a memory barrier, so the next kernel reads it). No host staging and
+    no event: the values travel in the operation itself. The parameter structs are kept and
+    refilled, so a call costs the driver call and two attribute stores a word."""
+
+    #: Operations one batch takes (the driver's limit: fewer than 256).
+    MAX = 255
+
+    def __init__(self) -> None:
+        self._params: list = []
+
+    def queue(self, words: "list[tuple[int, int]] | tuple", stream: Stream,
+              where: str | None = None) -> None:
+        """Store ``value`` (u32) at device ``address`` (4-aligned) for each (address,
+        value) in ``words`` (1…:data:`MAX` of them, in order)."""
+        d = drv()
+        n = len(words)
+        if not 0 < n <= self.MAX:
+            raise ValueError(f"{n} words in one batch (1…{self.MAX})")
+        while len(self._params) < n:
+            p = d.CUstreamBatchMemOpParams()
+            p.writeValue.operation = d.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WRITE_VALUE_32
+            p.writeValue.flags = int(d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT)
+            self._params.append(p)
+        for p, (addr, value) in zip(self._params, words):
+            w = p.writeValue
+            w.address, w.value = addr, value
+        call("cuStreamBatchMemOp", stream.handle, n, self._params[:n], 0, where=where)
