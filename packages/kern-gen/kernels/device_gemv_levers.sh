@@ -109,6 +109,12 @@
 #           3.092 -> 3.131; the SiLU GEMV's last wave triggering early, -D
 #           KERN_GEMV_LAST_WAVE=1, 3.144 (GEMMs alone 2.870 vs 2.815), removed: commit
 #           7335ffa has both)
+#   feed    session 32's fed decode steps (their positions as one queued store operation,
+#           Runtime.write_scalars, instead of three staged copies): kern-run bench of SmolLM2
+#           (random weights of its shape; its A/B row compares both ways, tokens compared),
+#           kern-runtime's GPU tests and kern-run's test_gpu.py (those needing the SmolLM2
+#           GGUF skip or error without it), the Qwen3 DSpark loop's losslessness
+#                                                                     -> $OUT/feed_*.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -223,6 +229,17 @@ for step in "${STEPS[@]}"; do
         echo "== attention timeline, build ${v:-(the build)}"
         timeout 100 python3 $KD/probe_attn_timeline.py $b 2>&1 | tail -4
       done | tee "$OUT/pm_timeline.txt" ;;
+    feed)
+      timeout 200 python3 -m kern_run.cli bench --case smollm2 --random-weights --no-baseline \
+        > "$OUT/feed_bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/feed_bench.txt" | grep -v shards | tail -6
+      timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-runtime/tests \
+        packages/kern-run/tests/test_gpu.py > "$OUT/feed_tests.txt" 2>&1 || rc=1
+      echo "kern-runtime + kern-run GPU tests: $(tail -n 1 "$OUT/feed_tests.txt")"
+      mkdir -p /tmp/check
+      timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --chain \
+        --out /tmp/check > "$OUT/feed_dspark.txt" 2>&1 || rc=1
+      grep -v "round_log\|Loading\|weights:" "$OUT/feed_dspark.txt" | tail -8 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
