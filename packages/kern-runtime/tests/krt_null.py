@@ -134,6 +134,17 @@ class NullDevice:
         self._log("pinned", p.nbytes)
         return p
 
+    def mapped(self, nbytes: int) -> "NullPinned":
+        p = NullPinned(self, nbytes)
+        self._pinned[p.addr] = p
+        self._log("mapped", p.nbytes)
+        return p
+
+    def memory_at(self, addr: int, nbytes: int) -> np.ndarray:
+        """The bytes at ``addr``: pinned (mapped) host memory, else the arena's."""
+        host = self._host(addr, nbytes)
+        return host if host is not None else self.view(addr, nbytes)
+
     def event(self, timing: bool = True) -> "NullEvent":
         self._log("event", timing)
         return NullEvent(self)
@@ -301,7 +312,7 @@ class NullCopies:
             self.dev._recorded.append(("copies", self.segments, self.where))
             return
         for dst, src, n in self.segments:
-            self.dev.view(dst, n)[:] = self.dev.view(src, n).copy()
+            self.dev.memory_at(dst, n)[:] = self.dev.memory_at(src, n).copy()
         self.dev._log("copies", self.segments, self.where)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kern_runtime import CallerError, Copy, Run
+from kern_runtime import CallerError, Copy, Load, Run, Store
 from kern_runtime.sequence import MAX_GROUP, copy_groups
 from test_readback import toy_runtime
 
@@ -135,3 +135,53 @@ def test_a_closed_runtime_refuses_a_sequence_it_replayed_before(tmp_path):
     for graph in (True, False):
         with pytest.raises(CallerError, match="this runtime was closed"):
             rt.run_sequence(OPS, graph=graph)
+
+
+def test_mailbox_loads_and_stores_are_copy_kernel_segments(tmp_path):
+    """A Load takes a mailbox's bytes into an input, a Store puts a buffer's bytes into the
+    mailbox; both are segments of the copy kernel, in the graph and eagerly."""
+    rt, dev = toy_runtime(tmp_path)
+    x, h = rt.addresses.buffers["x"], rt.addresses.buffers["h"]
+    box = rt.mailbox(1024)
+    box.array[:512] = 0xAB
+    ops = (Load.of("x", box, 0, {"tokens": 2}), Run.of("step", {"tokens": 2}),
+           Store.of(box, "h", 512, {"tokens": 2}))
+    rt.run_sequence(ops, copy_kernel=True)
+    steps = list(rt._graphs.values())[-1].steps
+    assert steps[0] == ("copies", ((x, box.addr, 512),), "load mailbox bytes 0… into `x`")
+    assert steps[-1] == ("copies", ((box.addr + 512, h, 512),),
+                         "store `h` into mailbox bytes 512…")
+    assert rt.graphs[-1].program == "[load+step+store]"
+    rt.run_sequence(ops, graph=False, copy_kernel=True)
+    assert (dev.view(x, 512) == 0xAB).all()
+    assert box.array[512:].tobytes() == dev.view(h, 512).tobytes()
+    assert box.view("<i8", 512, 2).tolist() == dev.view(h, 16).view("<i8").tolist()
+    n = len(dev.calls)
+    box.mark()
+    box.wait()
+    box.wait()                                        # nothing marked: returns at once
+    assert [c[0] for c in dev.calls[n:]] == ["record", "wait event"]
+    rt.close()
+
+
+def test_mailbox_ops_are_checked_before_anything_is_queued(tmp_path):
+    rt, dev = toy_runtime(tmp_path)
+    box = rt.mailbox(600)
+    stranger = toy_runtime(tmp_path / "other")[0].mailbox(600)
+    bad = [
+        ((Load.of("x", box, 0, {"tokens": 1}),), False, "run in the runtime's copy kernel"),
+        ((Store.of(box, "h", 200, {"tokens": 2}),), True, "512 bytes at byte 200 are outside"),
+        ((Load.of("x", box, 400, {"tokens": 1}),), True, "256 bytes at byte 400 are outside"),
+        ((Load.of("y", box, 0, {"tokens": 1}),), True, "load into `y`: it is an output"),
+        ((Load.of("x", stranger, 0, {"tokens": 1}),), True, "not one of this runtime's"),
+    ]
+    n = len(dev.calls)
+    for ops, copy_kernel, match in bad:
+        with pytest.raises(CallerError, match=match):
+            rt.run_sequence((Run.of("step", {"tokens": 1}),) + ops, copy_kernel=copy_kernel)
+    assert [c for c in dev.calls[n:] if c[0] in ("copies", "launch", "graph", "capture")] == []
+    with pytest.raises(CallerError, match="outside its 600 bytes or misaligned"):
+        box.view("<i8", 4)
+    with pytest.raises(CallerError, match="at least one byte"):
+        rt.mailbox(0)
+    rt.close()

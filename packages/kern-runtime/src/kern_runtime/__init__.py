@@ -17,12 +17,14 @@ from .hostdata import HOST_DTYPES, from_bf16, to_bf16
 from .prepare import Prepared, prepare
 from .probe import gpu_available, gpu_memory
 from .runtime import Runtime
-from .sequence import Copy, Run
+from .mailbox import Mailbox
+from .sequence import Copy, Load, Run, Store
 
 __version__ = "0.1.0"
 
 __all__ = [
     "HOST_DTYPES", "CallerError", "Copy", "CudaError", "KernRuntimeError", "KernelArtifactError",
-    "ManifestProblem", "Prepared", "Run", "Runtime", "WeightArtifactError", "from_bf16",
+    "Load", "Mailbox", "ManifestProblem", "Prepared", "Run", "Runtime", "Store",
+    "WeightArtifactError", "from_bf16",
     "gpu_available", "gpu_memory", "prepare", "to_bf16",
 ]

@@ -145,6 +145,11 @@ class Device(Protocol):
 
     def pinned(self, nbytes: int) -> Pinned: ...
 
+    def mapped(self, nbytes: int) -> Pinned:
+        """Page-locked host memory that kernels address at the same ``addr`` (CUDA: mapped
+        pinned memory under unified addressing); the copy kernel (:meth:`copies`) reads and
+        writes it."""
+
     def event(self, timing: bool = True) -> Event: ...
 
     def h2d(self, dst: int, src_host: int, nbytes: int, stream: Stream,
@@ -166,8 +171,9 @@ class Device(Protocol):
     def copies(self, segments: Sequence[tuple[int, int, int]], stream: Stream,
                where: str) -> Step:
         """One launch copying every (dst, src, nbytes) segment (at most 8; no destination
-        overlaps another segment's source or destination), waiting on the grid dependency
-        like a ``pdl`` step (CUDA: kern-runtime's own ``kern_rt_copies``)."""
+        overlaps another segment's source or destination; device or :meth:`mapped`
+        addresses), waiting on the grid dependency like a ``pdl`` step (CUDA:
+        kern-runtime's own ``kern_rt_copies``)."""
 
     def release(self) -> None:
         """Give the device back (CUDA: release the primary context). Called last."""

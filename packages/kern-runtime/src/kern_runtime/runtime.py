@@ -44,6 +44,7 @@ from .gemm import row_major_tn
 from .hostdata import HOST_DTYPES, host_view, row_offset
 from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, compile_program,
                          graph_key, shared_mem_max)
+from .mailbox import Mailbox
 from .prepare import Prepared, prepare
 from .readback import PendingRead
 from .sequence import SequenceRuns
@@ -121,6 +122,7 @@ class Runtime(SequenceRuns):
         self._graph_info: list[GraphInfo] = []
         self._staging: dict[str, tuple[Any, Any]] = {}   # name -> (PinnedBuffer, Event)
         self.stream_writes = True     # write_scalars as one store operation (False: write)
+        self._mailboxes: list[Mailbox] = []
         self._read_staging: dict[str, Any] = {}
         self._read_rings: dict[str, Any] = {}            # name -> readback.ReadRing
         self._last_values: dict[str, int] | None = None
@@ -313,6 +315,15 @@ class Runtime(SequenceRuns):
             self.stream_writes = False    # no stream memory operations here: copies, as before
             self.write_scalars(values)
 
+    def mailbox(self, nbytes: int) -> Mailbox:
+        """A new :class:`~kern_runtime.mailbox.Mailbox` of ``nbytes`` (freed at close): host
+        memory that sequences' :class:`~kern_runtime.sequence.Load` and
+        :class:`~kern_runtime.sequence.Store` ops read and write on the GPU."""
+        self._check_open()
+        box = Mailbox(self._dev, self._stream, nbytes)
+        self._mailboxes.append(box)
+        return box
+
     def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
         """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:
         the last run's symbol values, else the maxima) as a new host array."""
@@ -445,6 +456,9 @@ class Runtime(SequenceRuns):
         for pinned in self._read_staging.values():
             attempt(pinned.free)
         self._read_staging.clear()
+        for box in self._mailboxes:
+            attempt(box.free)
+        self._mailboxes.clear()
         for ring in self._read_rings.values():
             attempt(ring.free)
         self._read_rings.clear()

@@ -65,7 +65,41 @@ class Copy:
         return cls(dst, src, None if symbols is None else _frozen(symbols), dst_row)
 
 
-Op = Run | Copy
+@dataclass(frozen=True)
+class Load:
+    """Copy bytes from byte ``offset`` of mailbox ``box`` (:mod:`.mailbox`) into input or
+    carry ``dst`` from row ``dst_row``: as many as ``dst`` holds at ``symbols``. Runs in the
+    copy kernel (``copy_kernel=True``)."""
+
+    dst: str
+    box: Any
+    offset: int = 0
+    symbols: tuple[tuple[str, int], ...] | None = None
+    dst_row: int = 0
+
+    @classmethod
+    def of(cls, dst: str, box: Any, offset: int = 0,
+           symbols: Mapping[str, int] | None = None, dst_row: int = 0) -> "Load":
+        return cls(dst, box, offset, None if symbols is None else _frozen(symbols), dst_row)
+
+
+@dataclass(frozen=True)
+class Store:
+    """Copy buffer ``src`` (its shape at ``symbols``) into mailbox ``box`` from byte
+    ``offset``. Runs in the copy kernel (``copy_kernel=True``)."""
+
+    box: Any
+    src: str
+    offset: int = 0
+    symbols: tuple[tuple[str, int], ...] | None = None
+
+    @classmethod
+    def of(cls, box: Any, src: str, offset: int = 0,
+           symbols: Mapping[str, int] | None = None) -> "Store":
+        return cls(box, src, offset, None if symbols is None else _frozen(symbols))
+
+
+Op = Run | Copy | Load | Store
 
 
 #: Copies one launch of the copy kernel takes (``cuda/copies.cu``).
@@ -129,12 +163,50 @@ class SequenceRuns:
                 keyed.append(("run",) + graph_key(op.program, values))
                 plans.append(("run", op.program, values))
                 last = values
-            else:
+            elif isinstance(op, Copy):
                 sym = None if op.symbols is None else dict(op.symbols)
                 plan = self._copy_plan(op.dst, op.src, sym, op.dst_row)
                 keyed.append(("copy", op.dst, op.src, plan[2], op.dst_row))
                 plans.append(("copy", plan))
+            else:
+                if not copy_kernel:
+                    from .errors import CallerError
+                    raise CallerError(f"run_sequence: {type(op).__name__} ops run in the "
+                                      f"runtime's copy kernel", help="pass copy_kernel=True")
+                plan = self._mailbox_plan(op)
+                keyed.append((type(op).__name__, id(op.box), plan[2], op.offset,
+                              getattr(op, "dst", None), getattr(op, "src", None),
+                              getattr(op, "dst_row", 0)))
+                plans.append(("copy", plan))
         return ("sequence", copy_kernel, tuple(keyed)), plans, last
+
+    def _mailbox_plan(self, op: "Load | Store") -> tuple[int, int, int, str]:
+        """(destination, source, bytes, where) of a checked :class:`Load` or :class:`Store`."""
+        from .errors import CallerError
+        from .hostdata import row_offset
+        box = op.box
+        if not any(b is box for b in getattr(self, "_mailboxes", ())):
+            raise CallerError(f"{type(op).__name__}: the mailbox is not one of this runtime's "
+                              f"(Runtime.mailbox makes them)")
+        sym = None if op.symbols is None else dict(op.symbols)
+        a = self.addresses.buffers
+        if isinstance(op, Load):
+            d = self._writable(op.dst, f"load into `{op.dst}`: it")
+            where = f"load mailbox bytes {op.offset}… into `{op.dst}`"
+            *_, n = self._extent(op.dst, sym, where)
+            off = row_offset(where, d, op.dst_row, self.vm.sym_max)
+            if off + n > self.plan.buffers[op.dst].nbytes:
+                raise CallerError(f"{where}: {n} bytes at byte {off} do not fit")
+            dst, src = a[op.dst] + off, box.addr + op.offset
+        else:
+            self._buffer(op.src)
+            where = f"store `{op.src}` into mailbox bytes {op.offset}…"
+            *_, n = self._extent(op.src, sym, where)
+            dst, src = box.addr + op.offset, a[op.src]
+        if op.offset < 0 or op.offset + n > box.nbytes:
+            raise CallerError(f"{where}: {n} bytes at byte {op.offset} are outside the "
+                              f"mailbox's {box.nbytes}")
+        return dst, src, n, where
 
     def _sequence_steps(self, plans: list, copy_kernel: bool) -> list:
         """The steps of checked ops, in order (GEMM algorithms chosen here, never while a
@@ -157,7 +229,8 @@ class SequenceRuns:
         g = self._graphs.get(key)
         if g is None:
             steps = self._sequence_steps(plans, copy_kernel)
-            names = "+".join(op.program if isinstance(op, Run) else "copy" for op in ops)
+            names = "+".join(op.program if isinstance(op, Run) else type(op).__name__.lower()
+                             for op in ops)
             g = self._dev.capture(self._stream, steps, f"sequence {names}")
             self._graphs[key] = g
             self._graph_info.append(GraphInfo(f"[{names}]", {}, g.nodes, g.capture_s * 1000))

@@ -53,6 +53,9 @@ class CudaDevice:
     def pinned(self, nbytes: int) -> memory.PinnedBuffer:
         return memory.PinnedBuffer(nbytes)
 
+    def mapped(self, nbytes: int) -> memory.MappedBuffer:
+        return memory.MappedBuffer(nbytes)
+
     def event(self, timing: bool = True) -> memory.Event:
         return memory.Event(timing=timing)
 

@@ -10,6 +10,7 @@ import ctypes
 
 import numpy as np
 
+from ..errors import CudaError
 from .driver import call, drv
 
 
@@ -61,6 +62,26 @@ class PinnedBuffer:
             addr, self.addr = self.addr, 0
             self.array = None  # type: ignore[assignment]
             call("cuMemFreeHost", addr)
+
+
+class MappedBuffer(PinnedBuffer):
+    """Page-locked host memory the device addresses too (``CU_MEMHOSTALLOC_DEVICEMAP``):
+    with unified addressing its device address is its host address, ``addr``; a kernel's
+    loads and stores cross PCIe."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = max(int(nbytes), 1)
+        flags = int(drv().CU_MEMHOSTALLOC_DEVICEMAP)
+        self.addr = int(call("cuMemHostAlloc", self.nbytes, flags, where="mapped host memory"))
+        dev = int(call("cuMemHostGetDevicePointer", self.addr, 0, where="mapped host memory"))
+        if dev != self.addr:
+            call("cuMemFreeHost", self.addr)
+            raise CudaError("cuMemHostGetDevicePointer", "NO_UNIFIED_ADDRESSING",
+                            f"device address {dev:#x} differs from host address {self.addr:#x}",
+                            help="kern-runtime's mailboxes need unified addressing (64-bit "
+                                 "Linux, compute capability 2.0+)")
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)
+        self.array = np.frombuffer(raw, dtype=np.uint8)
 
 
 class Stream:
