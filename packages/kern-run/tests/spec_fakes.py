@@ -30,11 +30,24 @@ MAX_POSITIONS = 4096
 
 
 def run_ops(rt, ops, graph: bool) -> None:
-    """Replay ``kern_runtime`` sequence ops (``Run`` / ``Copy``) through ``rt.run`` / ``rt.copy``."""
-    from kern_runtime import Run
+    """Replay ``kern_runtime`` sequence ops (``Run`` / ``Copy`` through ``rt.run`` /
+    ``rt.copy``; ``Load`` / ``Store`` between a :class:`FakeBox` and ``rt.buffers``)."""
+    from kern_runtime import Load, Run, Store
     for op in ops:
         if isinstance(op, Run):
             rt.run(op.program, dict(op.symbols), graph=graph)
+        elif isinstance(op, (Load, Store)):
+            name = op.dst if isinstance(op, Load) else op.src
+            buf = rt.buffers[name]
+            rows = dict(op.symbols or {}).get("tokens", len(buf))
+            n = rows * buf[:1].nbytes
+            if op.box not in getattr(rt, "boxes", ()) or op.offset + n > op.box.array.size:
+                raise Violation(f"{type(op).__name__} {name} at byte {op.offset} of {op.box}")
+            if isinstance(op, Load):
+                row = op.dst_row
+                buf[row:row + rows] = op.box.array[op.offset:op.offset + n].view(buf.dtype)
+            else:
+                op.box.array[op.offset:op.offset + n] = buf[:rows].reshape(-1).view(np.uint8)
         else:
             rt.copy(op.dst, op.src, None if op.symbols is None else dict(op.symbols),
                     dst_row=op.dst_row)
@@ -42,6 +55,26 @@ def run_ops(rt, ops, graph: bool) -> None:
 
 class Violation(AssertionError):
     """The caller broke the contract."""
+
+
+class FakeBox:
+    """``kern_runtime.Mailbox`` on the host: ``array`` (bytes), ``view``, ``mark``, ``wait``
+    (logged into the runtime's events)."""
+
+    def __init__(self, rt: "KVModelRuntime", nbytes: int) -> None:
+        self.rt, self.array, self.marked = rt, np.zeros(nbytes, np.uint8), False
+
+    def view(self, dtype, offset: int = 0, count: int = 1) -> np.ndarray:
+        dt = np.dtype(dtype)
+        return self.array[offset:offset + count * dt.itemsize].view(dt)
+
+    def mark(self) -> None:
+        self.marked = True
+        self.rt.events.append(("mark", self.rt.boxes.index(self)))
+
+    def wait(self) -> None:
+        self.rt.events.append(("box_wait", self.rt.boxes.index(self), self.marked))
+        self.marked = False
 
 
 def mix(x: int) -> int:
@@ -363,3 +396,17 @@ class NullRuntime:
 
     def capture(self, program: str, symbols: dict[str, int]) -> None:
         pass
+
+
+class MailboxKVRuntime(KVModelRuntime):
+    """:class:`KVModelRuntime` with mailboxes (``Runtime.mailbox``): the generation loop
+    takes its fed steps through them (:mod:`kern_run.fed`)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.boxes: list[FakeBox] = []
+
+    def mailbox(self, nbytes: int) -> FakeBox:
+        box = FakeBox(self, nbytes)
+        self.boxes.append(box)
+        return box

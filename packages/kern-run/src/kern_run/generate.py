@@ -30,6 +30,7 @@ import numpy as np
 from kern_manifest.contract import DECODE, NEXT_TOKEN, SYMBOL
 
 from .errors import KernRunError
+from .fed import MailboxFeed
 from .inputs import Inputs, table_pages_of
 from .chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
@@ -129,6 +130,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              capacity: int | None = None, fixed_context: bool = False,
              vocab: int | None = None, table_pages: int | None = None,
              on_token: Callable[[int], None] | None = None, capture: bool = True,
+             mailboxes: bool = True,
              clock: Callable[[], float] = time.perf_counter) -> Result:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids).
 
@@ -136,7 +138,8 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
     ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing.
     ``table_pages``: the block table's pages per row (``ContractInfo.table_pages``; None:
-    :func:`~kern_run.inputs.table_pages_of` the runtime)."""
+    :func:`~kern_run.inputs.table_pages_of` the runtime). ``mailboxes=False``: fed steps
+    the stream-operation way even where the runtime has mailboxes (the benches' A/B)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
@@ -151,6 +154,13 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     if capture:
         res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)])
 
+    # Fed steps as one sequence graph each where the runtime has mailboxes (kern_run.fed);
+    # else a token copy, the positions and a read, each queued between the graphs.
+    feed = MailboxFeed(rt) if mailboxes and hasattr(rt, "mailbox") else None
+    if feed is not None and capture and not eager:
+        t_cap = time.perf_counter()
+        feed.capture()
+        res.capture_s += time.perf_counter() - t_cap
     t0 = run_prompt(rt, inputs, calls, prompt, res, clock)
     # Decode steps take their input token from the previous step's `next_token` on the device
     # (Inputs.write_fed), so the host queues step k+1 before it waits for token k and never
@@ -162,10 +172,13 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     def queue_fed() -> None:
         nonlocal queued
         call = decode_call(n + queued - 1, eager=eager)
-        inputs.write_fed(rt, call.pos0)
-        rt.run(call.program, call.symbols, graph=call.graph)
+        if feed is not None:
+            reads.append(feed.queue(call.pos0, graph=call.graph))
+        else:
+            inputs.write_fed(rt, call.pos0)
+            rt.run(call.program, call.symbols, graph=call.graph)
+            reads.append(rt.read_async(NEXT_TOKEN, ONE))
         res.calls.append(call)
-        reads.append(rt.read_async(NEXT_TOKEN, ONE))
         queued += 1
 
     produced = 0

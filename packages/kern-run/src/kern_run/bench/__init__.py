@@ -96,21 +96,17 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
     """Median decode ms/token over ``reps`` generations of ``steps`` tokens (no EOS), after a
     warm-up; GPU ms per back-to-back decode graph; host ms per step (the difference).
     ``capacity``/``fixed``: the KV limit (a 16-token prompt + ``steps`` must fit).
-    Interleaved with each generation, one whose fed steps write their positions by staged
-    copies (``Runtime.stream_writes = False``, the way before session 32) instead of one
-    store operation: ``decode_ms_copies``, and whether its tokens were the same."""
+    Interleaved with each generation, one whose fed steps are queued the way before session
+    32 (a token copy, the positions, a read back: stream operations between the graphs,
+    instead of one sequence graph with mailboxes, :mod:`kern_run.fed`): ``decode_ms_copies``,
+    and whether its tokens were the same."""
     from ..generate import generate
     prompt = [(17 * i + 5) % (vocab or 1000) for i in range(16)]
 
-    def run(stream_writes: bool = True):
-        if hasattr(rt, "stream_writes"):
-            rt.stream_writes = stream_writes
-        try:
-            return generate(rt, prompt, steps=steps, chunk=max_tokens, max_tokens=max_tokens,
-                            vocab=vocab, capacity=capacity, fixed_context=fixed)
-        finally:
-            if hasattr(rt, "stream_writes"):
-                rt.stream_writes = True
+    def run(mailboxes: bool = True):
+        return generate(rt, prompt, steps=steps, chunk=max_tokens, max_tokens=max_tokens,
+                        vocab=vocab, capacity=capacity, fixed_context=fixed,
+                        mailboxes=mailboxes)
     run(), run(False)
     pairs = [(run(), run(False)) for _ in range(reps)]
     per_tok = [a.decode_s / a.decode_tokens for a, _ in pairs]
@@ -130,9 +126,9 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
 
 
 def feed_row(rep: Report, case: str, d: dict) -> None:
-    """The A/B row of :func:`kern_decode`: positions by staged copies vs one store op."""
-    rep.add(case, "decode ms/token, positions by copies", f"{d['decode_ms_copies']:.3f}",
-            note=f"A/B: {d['decode_ms']:.3f} by one store operation; tokens "
+    """The A/B row of :func:`kern_decode`: fed steps by stream operations vs mailboxes."""
+    rep.add(case, "decode ms/token, fed by stream ops", f"{d['decode_ms_copies']:.3f}",
+            note=f"A/B: {d['decode_ms']:.3f} with mailboxes (one graph a step); tokens "
                  f"{'identical' if d['copies_same_tokens'] else 'DIFFER'}")
 
 

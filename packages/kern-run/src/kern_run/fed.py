@@ -1,0 +1,88 @@
+"""Fed decode steps through mailboxes: each one-token decode whose input token is the
+previous step's ``next_token`` runs as ONE sequence graph (:meth:`Runtime.run_sequence
+<kern_runtime.Runtime.run_sequence>`), with nothing queued between two steps' graphs but
+an event.
+
+The sequence: the runtime's copy kernel takes ``token_ids`` from ``next_token`` and the
+step's positions (``positions``, ``slots``, ``kv_lens``: the host's values) from a
+:class:`~kern_runtime.Mailbox`; the decode; the copy kernel puts ``next_token`` into the
+mailbox. The host reads the token there after the mailbox's event.
+
+Why: on an H100 (session 32, ``packages/kern-run/device_feed.py``, docs/measurements.md)
+the former feed (a token copy, the positions, a read back with its event, each its own
+stream operation between the graphs) added ~17 µs a step to the replayed graph.
+
+Mailbox layout (32 bytes): ``positions`` i64 at 0, ``slots`` i64 at 8, ``kv_lens`` i32 at
+16, ``next_token`` i64 at 24 (what the decode stored). Two mailboxes are used in turn: the
+generation loop keeps one step queued ahead of the token it waits for, so a mailbox is
+written again only after its previous step's token was read (:meth:`MailboxFeed.queue`
+waits for it otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from kern_manifest.contract import (DECODE, KV_LENS, NEXT_TOKEN, POSITIONS, SLOTS, SYMBOL,
+                                    TOKEN_IDS)
+
+from .errors import KernRunError
+from .inputs import I32_MAX
+
+ONE = {SYMBOL: 1}
+#: Byte offsets in a mailbox.
+AT_POSITION, AT_SLOT, AT_KV_LEN, AT_TOKEN, BOX_BYTES = 0, 8, 16, 24, 32
+#: Mailboxes in turn: steps in flight + 1.
+BOXES = 2
+
+
+class MailboxFeed:
+    """The fed steps of one runtime (``rt.mailbox`` and ``rt.run_sequence``)."""
+
+    def __init__(self, rt: Any) -> None:
+        from kern_runtime import Copy, Load, Run, Store
+        self.rt = rt
+        self.boxes = [rt.mailbox(BOX_BYTES) for _ in range(BOXES)]
+        self.ops = [(Copy.of(TOKEN_IDS, NEXT_TOKEN, ONE),
+                     Load.of(POSITIONS, b, AT_POSITION, ONE), Load.of(SLOTS, b, AT_SLOT, ONE),
+                     Load.of(KV_LENS, b, AT_KV_LEN, ONE), Run.of(DECODE, ONE),
+                     Store.of(b, NEXT_TOKEN, AT_TOKEN, ONE)) for b in self.boxes]
+        self._reads: list[BoxRead | None] = [None] * BOXES
+        self._turn = 0
+
+    def capture(self) -> None:
+        """Capture both sequences' graphs (before a clock starts)."""
+        for ops in self.ops:
+            self.rt.capture_sequence(ops, copy_kernel=True)
+
+    def queue(self, pos0: int, graph: bool = True) -> "BoxRead":
+        """Queue the fed decode at ``pos0``; returns its token's pending read."""
+        if not 0 <= pos0 < I32_MAX:
+            raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
+        i = self._turn
+        self._turn = (i + 1) % BOXES
+        if (prev := self._reads[i]) is not None:
+            prev.wait()                   # its token is read out before the box is reused
+        box = self.boxes[i]
+        box.view(np.int64, AT_POSITION, 2)[:] = pos0        # position and slot
+        box.view(np.int32, AT_KV_LEN)[0] = pos0 + 1
+        self.rt.run_sequence(self.ops[i], graph=graph, copy_kernel=True)
+        box.mark()
+        read = self._reads[i] = BoxRead(box)
+        return read
+
+
+class BoxRead:
+    """A fed step's token: :meth:`wait` waits for its mailbox's event, then copies it out
+    (once; later calls return the same array)."""
+
+    def __init__(self, box: Any) -> None:
+        self._box: Any = box
+        self._out: np.ndarray | None = None
+
+    def wait(self) -> np.ndarray:
+        if self._out is None:
+            self._box.wait()
+            self._out = self._box.view(np.int64, AT_TOKEN).copy()
+            self._box = None
+        return self._out
