@@ -109,12 +109,14 @@
 #           3.092 -> 3.131; the SiLU GEMV's last wave triggering early, -D
 #           KERN_GEMV_LAST_WAVE=1, 3.144 (GEMMs alone 2.870 vs 2.815), removed: commit
 #           7335ffa has both)
-#   feed    session 32's fed decode steps (their positions as one queued store operation,
-#           Runtime.write_scalars, instead of three staged copies): kern-run bench of SmolLM2
-#           (random weights of its shape; its A/B row compares both ways, tokens compared),
-#           kern-runtime's GPU tests and kern-run's test_gpu.py (those needing the SmolLM2
-#           GGUF skip or error without it), the Qwen3 DSpark loop's losslessness
-#                                                                     -> $OUT/feed_*.txt
+#   feed    the fed decode steps: packages/kern-run/device_feed.py (what each kind of work
+#           between two decode graphs costs; the mailbox lever's tokens checked), kern-run
+#           bench of SmolLM2 (random weights of its shape; its A/B row: fed through mailboxes,
+#           kern_run/fed.py, tokens compared), kern-runtime's GPU tests and kern-run's
+#           test_gpu.py (those needing the SmolLM2 GGUF skip without it), the Qwen3 DSpark
+#           loop's losslessness                                       -> $OUT/feed_*.txt
+#           (session 32's c1 ran it with the positions' one store operation as the A/B:
+#           0.442 vs 0.444 ms/token, adopted; c3 ran the probe before the mailboxes existed)
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -230,6 +232,9 @@ for step in "${STEPS[@]}"; do
         timeout 100 python3 $KD/probe_attn_timeline.py $b 2>&1 | tail -4
       done | tee "$OUT/pm_timeline.txt" ;;
     feed)
+      timeout 120 python3 packages/kern-run/device_feed.py 2>&1 | grep -v shards \
+        > "$OUT/feed_probe.txt" || rc=1
+      tail -13 "$OUT/feed_probe.txt"
       timeout 200 python3 -m kern_run.cli bench --case smollm2 --random-weights --no-baseline \
         > "$OUT/feed_bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/feed_bench.txt" | grep -v shards | tail -6

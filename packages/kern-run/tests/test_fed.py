@@ -25,7 +25,8 @@ def test_mailbox_steps_make_the_same_tokens_as_the_copies(model, prompt, steps, 
     plain = generate(KVModelRuntime(**kw), prompt, steps=steps, chunk=4, max_tokens=16,
                      eager=eager)
     rt = MailboxKVRuntime(**kw)
-    boxed = generate(rt, prompt, steps=steps, chunk=4, max_tokens=16, eager=eager)
+    boxed = generate(rt, prompt, steps=steps, chunk=4, max_tokens=16, eager=eager,
+                     mailboxes=True)
     assert boxed.tokens == plain.tokens and len(boxed.tokens) == steps
     assert rt.uncaptured == []            # graphs only of captured keys (eager: none used)
     fed = sum(e == ("sequence", 6) for e in rt.events)
@@ -34,7 +35,7 @@ def test_mailbox_steps_make_the_same_tokens_as_the_copies(model, prompt, steps, 
 
 def test_between_two_fed_steps_only_the_mailboxes_are_touched():
     rt = MailboxKVRuntime(model="random", vocab=VOCAB)
-    generate(rt, [1, 2, 3], steps=8, chunk=4, max_tokens=16)
+    generate(rt, [1, 2, 3], steps=8, chunk=4, max_tokens=16, mailboxes=True)
     kinds = [e[0] for e in rt.events]
     # both sequences captured before anything runs
     assert kinds.index("capture_sequence") < kinds.index("run")
@@ -60,3 +61,11 @@ def test_a_box_is_read_out_before_it_is_written_again():
     assert int(first.wait()[0]) == token
     with pytest.raises(KernRunError, match="does not fit the contract's i32"):
         feed.queue(2**31 - 1)
+
+
+def test_mailboxes_are_a_lever_off_by_default():
+    rt = MailboxKVRuntime(model="random", vocab=VOCAB)
+    res = generate(rt, [1, 2, 3], steps=5, chunk=4, max_tokens=16)
+    assert rt.boxes == [] and not any(e[0] == "sequence" for e in rt.events)
+    assert res.tokens == generate(MailboxKVRuntime(model="random", vocab=VOCAB), [1, 2, 3],
+                                  steps=5, chunk=4, max_tokens=16, mailboxes=True).tokens

@@ -9,8 +9,11 @@ step's positions (``positions``, ``slots``, ``kv_lens``: the host's values) from
 mailbox. The host reads the token there after the mailbox's event.
 
 Why: on an H100 (session 32, ``packages/kern-run/device_feed.py``, docs/measurements.md)
-the former feed (a token copy, the positions, a read back with its event, each its own
-stream operation between the graphs) added ~17 µs a step to the replayed graph.
+the default feed (a token copy, the positions, a read back with its event, each its own
+stream operation between the graphs) adds ~17 µs a step to the replayed graph.
+
+Status: a lever (``generate(mailboxes=True)``; ``kern-run bench``'s A/B row), built and
+tested on the CPU in session 32; no device time was left to run it on a GPU, so it is off.
 
 Mailbox layout (32 bytes): ``positions`` i64 at 0, ``slots`` i64 at 8, ``kv_lens`` i32 at
 16, ``next_token`` i64 at 24 (what the decode stored). Two mailboxes are used in turn: the

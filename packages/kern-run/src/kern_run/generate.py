@@ -130,7 +130,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              capacity: int | None = None, fixed_context: bool = False,
              vocab: int | None = None, table_pages: int | None = None,
              on_token: Callable[[int], None] | None = None, capture: bool = True,
-             mailboxes: bool = True,
+             mailboxes: bool = False,
              clock: Callable[[], float] = time.perf_counter) -> Result:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids).
 
@@ -138,8 +138,9 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
     ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing.
     ``table_pages``: the block table's pages per row (``ContractInfo.table_pages``; None:
-    :func:`~kern_run.inputs.table_pages_of` the runtime). ``mailboxes=False``: fed steps
-    the stream-operation way even where the runtime has mailboxes (the benches' A/B)."""
+    :func:`~kern_run.inputs.table_pages_of` the runtime). ``mailboxes=True``: fed steps as
+    one sequence graph each through the runtime's mailboxes (:mod:`kern_run.fed`; a lever,
+    off until measured on a GPU)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
@@ -154,8 +155,8 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     if capture:
         res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)])
 
-    # Fed steps as one sequence graph each where the runtime has mailboxes (kern_run.fed);
-    # else a token copy, the positions and a read, each queued between the graphs.
+    # Fed steps: a token copy, the positions and a read, each queued between the graphs; or
+    # (``mailboxes``, where the runtime has them) one sequence graph each (kern_run.fed).
     feed = MailboxFeed(rt) if mailboxes and hasattr(rt, "mailbox") else None
     if feed is not None and capture and not eager:
         t_cap = time.perf_counter()
