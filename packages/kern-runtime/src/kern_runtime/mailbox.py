@@ -10,9 +10,10 @@ inside the sequence's graph. The host writes :meth:`Mailbox.view` before queuein
 sequence, :meth:`Mailbox.mark` s it after, and reads the stored bytes after
 :meth:`Mailbox.wait`.
 
-Why (H100, session 32, docs/measurements.md): between two decode graphs a staged copy costs
-~2.5 µs of GPU time, a batch of stream stores ~6 µs, a read back and its event ~9 µs, while
-a copy-kernel node inside a graph costs ~1 µs.
+Why (H100, docs/measurements.md): between two decode graphs a staged copy costs ~2.5 µs of
+GPU time, a batch of stream stores ~6 µs, a read back and its event ~9 µs (session 32),
+while a copy-kernel node inside a graph costs ~1 µs (session 19). Status: tested on the
+null device only; session 32 had no device time left to run it on a GPU.
 
 Contract: the host writes a box only when no queued work still reads it (after its
 :meth:`wait`, or before its first :meth:`mark`); a caller that keeps k steps in flight uses

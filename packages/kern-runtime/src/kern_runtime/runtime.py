@@ -284,7 +284,7 @@ class Runtime(SequenceRuns):
         as ONE queued operation of 32-bit stores (:meth:`Device.write_words`; an i64 is its
         two little-endian words) without staging buffers or events. A decode step's
         positions are three such values. Every value is checked before anything is queued.
-        ``stream_writes = False`` (an attribute, the benches' A/B) writes them with
+        ``stream_writes = False`` (an attribute; device_feed.py's A/B) writes them with
         :meth:`write` instead."""
         words: list[tuple[int, int]] = []
         for name, value in values.items():
