@@ -1,6 +1,5 @@
 import io
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -213,6 +213,18 @@ def test_write_scalars_is_one_store_operation_of_the_values_words(tmp_path):
     rt.close()
 
 
+def test_write_scalars_refuses_more_words_than_one_operation_takes(tmp_path, monkeypatch):
+    m, k, w = scalar_files(tmp_path)
+    rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)
+    monkeypatch.setattr(runtime, "_MAX_WORDS", 2)          # p64 and n32 make 3 words
+    n = len(dev.calls)
+    with pytest.raises(CallerError, match="3 words in one operation, at most 2"):
+        rt.write_scalars({"p64": 1, "n32": 2})
+    assert dev.calls[n:] == []
+    rt.write_scalars({"p64": 1})
+    rt.close()
+
+
 def test_write_scalars_falls_back_to_copies_where_stores_are_not_supported(tmp_path):
     m, k, w = scalar_files(tmp_path)
     rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)

@@ -58,6 +58,8 @@ EAGER_CACHE = 32
 PINNED_READ_MAX = 64 * 2**20
 #: 32-bit words of each buffer dtype :meth:`Runtime.write_scalars` takes.
 _SCALAR_WORDS = {"i32": 1, "i64": 2}
+#: 32-bit words one :meth:`Runtime.write_scalars` queues at most (one batch of the driver's).
+_MAX_WORDS = 255
 #: Largest buffer :meth:`Runtime.read_async` takes (its slots are pinned for the runtime's life).
 ASYNC_READ_MAX = 1 * 2**20
 
@@ -302,6 +304,9 @@ class Runtime(SequenceRuns):
                       for i in range(_SCALAR_WORDS[b.dtype])]
         if not words:
             return
+        if len(words) > _MAX_WORDS:
+            raise CallerError(f"write_scalars: {len(words)} words in one operation, at most "
+                              f"{_MAX_WORDS}", help="split the values over several calls")
         if not self.stream_writes:
             for name, value in values.items():
                 self.write(name, np.array([value], HOST_DTYPES[self._buffer(name).dtype]))
