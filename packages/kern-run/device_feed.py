@@ -24,10 +24,12 @@ Variants (per step, in queue order):
 - ``mailbox``: the fed step as ONE sequence graph: the copy kernel takes the token from
   ``next_token`` and the positions from a mailbox (mapped host memory the host wrote), the
   decode, the copy kernel puts ``next_token`` into the mailbox; an event after it, waited
-  one step later (two mailboxes in turn).
+  one step later (two mailboxes in turn);
+- ``mailbox4``: four such fed steps in ONE sequence graph (each its own 32 bytes of the
+  mailbox; the host knows the positions ahead), per step: fewer graph boundaries and events.
 
-First, a check: 48 fed steps from the same prefill the generation loop's way and the mailbox
-way must give the same tokens.
+First, a check: 48 fed steps from the same prefill the generation loop's way and each
+mailbox way must give the same tokens.
 """
 
 from __future__ import annotations
@@ -67,48 +69,64 @@ def main(argv: list[str] | None = None) -> int:
             rt.write_scalars({POSITIONS: pos, SLOTS: pos, KV_LENS: pos + 1})
             rt.stream_writes = True
 
-        boxes = [rt.mailbox(32), rt.mailbox(32)]
-        seqs = [(Copy.of(TOKEN_IDS, NEXT_TOKEN, ONE), Load.of(POSITIONS, bx, 0, ONE),
-                 Load.of(SLOTS, bx, 8, ONE), Load.of(KV_LENS, bx, 16, ONE), Run.of("decode", ONE),
-                 Store.of(bx, NEXT_TOKEN, 24, ONE)) for bx in boxes]
+        def fed_ops(bx, k: int) -> tuple:
+            """k fed steps in one sequence; step j's 32 bytes at 32 j of the mailbox."""
+            return sum(((Copy.of(TOKEN_IDS, NEXT_TOKEN, ONE),
+                         Load.of(POSITIONS, bx, 32 * j, ONE), Load.of(SLOTS, bx, 32 * j + 8, ONE),
+                         Load.of(KV_LENS, bx, 32 * j + 16, ONE), Run.of("decode", ONE),
+                         Store.of(bx, NEXT_TOKEN, 32 * j + 24, ONE)) for j in range(k)), ())
 
-        def mailbox_step(i: int, p: int) -> None:
-            bx = boxes[i % 2]
+        boxes = {k: [rt.mailbox(32 * k), rt.mailbox(32 * k)] for k in (1, 4)}
+        seqs = {k: [fed_ops(bx, k) for bx in boxes[k]] for k in (1, 4)}
+
+        def mailbox_step(i: int, p: int, k: int = 1, step: int = 1) -> None:
+            """Queue the i-th sequence of k fed steps, at positions p, p + step, … (timing
+            replays one position: ``step`` 0)."""
+            bx = boxes[k][i % 2]
             bx.wait()
-            bx.view(np.int64, 0, 2)[:] = p
-            bx.view(np.int32, 16)[0] = p + 1
-            rt.run_sequence(seqs[i % 2], copy_kernel=True)
+            for j in range(k):
+                q = p + j * step
+                bx.view(np.int64, 32 * j, 2)[:] = q
+                bx.view(np.int32, 32 * j + 16)[0] = q + 1
+            rt.run_sequence(seqs[k][i % 2], copy_kernel=True)
             bx.mark()
 
         def tokens(way: str, n: int = 48) -> list[int]:
             write_at(rt, [1] * 16, 0)
             rt.run("prefill", {SYMBOL: 16}, graph=False)
             out = []
-            for i in range(n):
-                if way == "mailbox":
-                    mailbox_step(i, 16 + i)
-                    boxes[i % 2].wait()
-                    out.append(int(boxes[i % 2].view(np.int64, 24)[0]))
+            k = 4 if way == "mailbox4" else 1
+            for i in range(n // k):
+                if way.startswith("mailbox"):
+                    mailbox_step(i, 16 + i * k, k)
+                    bx = boxes[k][i % 2]
+                    bx.wait()
+                    out += [int(bx.view(np.int64, 32 * j + 24)[0]) for j in range(k)]
                 else:
                     rt.copy(TOKEN_IDS, NEXT_TOKEN, ONE)
                     rt.write_scalars({POSITIONS: 16 + i, SLOTS: 16 + i, KV_LENS: 17 + i})
                     rt.run("decode", ONE)
                     out.append(int(rt.read(NEXT_TOKEN, ONE)[0]))
             return out
-        fed_tokens, box_tokens = tokens("fed"), tokens("mailbox")
-        print(f"check: 48 fed steps, mailbox tokens {'identical' if fed_tokens == box_tokens else 'DIFFER'}"
-              f" ({len(set(fed_tokens))} distinct)")
-        if fed_tokens != box_tokens:
-            print(f"  fed     {fed_tokens}\n  mailbox {box_tokens}")
+        fed_tokens = tokens("fed")
+        for way in ("mailbox", "mailbox4"):
+            got = tokens(way)
+            print(f"check: 48 fed steps, {way} tokens "
+                  f"{'identical' if got == fed_tokens else 'DIFFER'} ({len(set(got))} distinct)")
+            if got != fed_tokens:
+                print(f"  fed     {fed_tokens}\n  {way} {got}")
 
         def variant(name: str) -> float:
             pending = None
             t0 = time.perf_counter()
             for i in range(a.steps):
-                if name == "mailbox":
-                    mailbox_step(i, pos)
+                if name.startswith("mailbox"):
+                    k = 4 if name == "mailbox4" else 1
+                    if i % k:
+                        continue
+                    mailbox_step(i // k, pos, k, step=0)
                     if i:
-                        boxes[(i - 1) % 2].wait()
+                        boxes[k][(i // k - 1) % 2].wait()
                     continue
                 if name in ("copy", "fed", "fed-sync"):
                     rt.copy(TOKEN_IDS, NEXT_TOKEN, ONE)
@@ -125,16 +143,16 @@ def main(argv: list[str] | None = None) -> int:
                         pending.wait()
                     pending = nxt
                 if name == "event":
-                    boxes[i % 2].mark()
+                    boxes[1][i % 2].mark()
                     if i:
-                        boxes[(i - 1) % 2].wait()
+                        boxes[1][(i - 1) % 2].wait()
             rt.synchronize()
-            for bx in boxes:
+            for bx in boxes[1] + boxes[4]:
                 bx.wait()
             return (time.perf_counter() - t0) / a.steps * 1e6
 
         names = ["bare", "copy", "scalars", "staged", "read", "fed", "fed-sync", "event",
-                 "mailbox"]
+                 "mailbox", "mailbox4"]
         for n in names:                       # warm-up: graphs, staging, read slots
             variant(n)
         samples: dict[str, list[float]] = {n: [] for n in names}
