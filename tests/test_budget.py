@@ -18,7 +18,7 @@ FUNCTION_LINES = 80
 
 #: Modules over budget -> their size in lines when the budget was set (may only go down).
 MODULES: dict[str, int] = {
-    "packages/kern-runtime/src/kern_runtime/runtime.py": 434,
+    "packages/kern-runtime/src/kern_runtime/runtime.py": 418,
 }
 
 #: ``module::qualified.name`` of functions over budget -> their size in lines (may only go down).

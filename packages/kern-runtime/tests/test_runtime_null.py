@@ -14,7 +14,7 @@ import pytest
 import krt_manifests as gm
 from krt_helpers import st_tensor, write_safetensors
 from krt_null import NullBackend, load_null, null_cubin
-from kern_runtime import (CallerError, CudaError, KernelArtifactError, Runtime, runtime,
+from kern_runtime import (CallerError, CudaError, KernelArtifactError, Runtime, runtime, scalars,
                           to_bf16)
 
 #: Impl steps per run of the features manifest's `main` (10 dispatches, `twostep` has 2).
@@ -216,7 +216,7 @@ def test_write_scalars_is_one_store_operation_of_the_values_words(tmp_path):
 def test_write_scalars_refuses_more_words_than_one_operation_takes(tmp_path, monkeypatch):
     m, k, w = scalar_files(tmp_path)
     rt, dev = load_null(m, k, w, capacity=gm.CAPACITY)
-    monkeypatch.setattr(runtime, "_MAX_WORDS", 2)          # p64 and n32 make 3 words
+    monkeypatch.setattr(scalars, "MAX_WORDS", 2)           # p64 and n32 make 3 words
     n = len(dev.calls)
     with pytest.raises(CallerError, match="3 words in one operation, at most 2"):
         rt.write_scalars({"p64": 1, "n32": 2})

@@ -90,12 +90,15 @@ class Result:
         return self.prefill_tokens / self.prefill_s if self.prefill_tokens and self.prefill_s else None
 
 
-def capture_graphs(rt: RuntimeLike, calls: Sequence[Call]) -> float:
-    """Capture every graph ``calls`` will replay (decode always, unless all eager); returns
-    the seconds it took."""
+def capture_graphs(rt: RuntimeLike, calls: Sequence[Call],
+                   feed: MailboxFeed | None = None) -> float:
+    """Capture every graph ``calls`` will replay (decode always, unless all eager) and the
+    ``feed``'s sequences; returns the seconds it took."""
     t0 = time.perf_counter()
     for program, tokens in graph_keys(list(calls)):
         rt.capture(program, {SYMBOL: tokens})
+    if feed is not None:
+        feed.capture()
     return time.perf_counter() - t0
 
 
@@ -152,16 +155,12 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
                     capacity=None if fixed_context else capacity)
     eos = frozenset(int(e) for e in eos)
     res = Result(prompt=prompt, tokens=[], stop="steps")
-    if capture:
-        res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)])
-
     # Fed steps: a token copy, the positions and a read, each queued between the graphs; or
     # (``mailboxes``, where the runtime has them) one sequence graph each (kern_run.fed).
     feed = MailboxFeed(rt) if mailboxes and hasattr(rt, "mailbox") else None
-    if feed is not None and capture and not eager:
-        t_cap = time.perf_counter()
-        feed.capture()
-        res.capture_s += time.perf_counter() - t_cap
+    if capture:
+        res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)],
+                                       None if eager else feed)
     t0 = run_prompt(rt, inputs, calls, prompt, res, clock)
     # Decode steps take their input token from the previous step's `next_token` on the device
     # (Inputs.write_fed), so the host queues step k+1 before it waits for token k and never

@@ -34,19 +34,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from kern_manifest import INT_RANGES, Manifest, VerifiedManifest, shape_at
+from kern_manifest import Manifest, VerifiedManifest, shape_at
 
 from . import errors
 from .artifacts import Resolution, resolve_steps
 from .device import Backend, Device, check_backend, open_device
 from .errors import CallerError
 from .gemm import row_major_tn
-from .hostdata import HOST_DTYPES, host_view, row_offset
+from .hostdata import HOST_DTYPES, host_view
 from .launchplan import (BoundExtern, StepTemplate, bind_all, check_symbols, compile_program,
                          graph_key, shared_mem_max)
 from .mailbox import Mailbox
 from .prepare import Prepared, prepare
 from .readback import PendingRead
+from .scalars import ScalarWrites
 from .sequence import SequenceRuns
 from .summary import GraphInfo, WeightsInfo, render_summary
 from .upload import CHUNK_BYTES, upload
@@ -56,10 +57,6 @@ from .weights import upload_chunks
 EAGER_CACHE = 32
 #: Reads up to this size go through a pinned buffer; larger ones straight to pageable memory.
 PINNED_READ_MAX = 64 * 2**20
-#: 32-bit words of each buffer dtype :meth:`Runtime.write_scalars` takes.
-_SCALAR_WORDS = {"i32": 1, "i64": 2}
-#: 32-bit words one :meth:`Runtime.write_scalars` queues at most (one batch of the driver's).
-_MAX_WORDS = 255
 #: Largest buffer :meth:`Runtime.read_async` takes (its slots are pinned for the runtime's life).
 ASYNC_READ_MAX = 1 * 2**20
 
@@ -78,7 +75,7 @@ def _default_progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
-class Runtime(SequenceRuns):
+class Runtime(SequenceRuns, ScalarWrites):
     """One manifest loaded onto one device. Create with :meth:`load`; release with
     :meth:`close` (or use as a context manager)."""
 
@@ -280,55 +277,6 @@ class Runtime(SequenceRuns):
                           where=f"write `{name}`")
         ev.record(self._stream)
 
-    def write_scalars(self, values: Mapping[str, int]) -> None:
-        """Set the first element of each named input or carry buffer (dtype i32 or i64) to
-        its value, ordered like :meth:`write`: the same as ``write(name, [value])`` for each,
-        as ONE queued operation of 32-bit stores (:meth:`Device.write_words`; an i64 is its
-        two little-endian words) without staging buffers or events. A decode step's
-        positions are three such values. Every value is checked before anything is queued.
-        ``stream_writes = False`` (an attribute; device_feed.py's A/B) writes them with
-        :meth:`write` instead."""
-        words: list[tuple[int, int]] = []
-        for name, value in values.items():
-            b = self._writable(name, f"buffer `{name}`")
-            if b.dtype not in _SCALAR_WORDS:
-                raise CallerError(f"write_scalars takes i32 and i64 buffers, not {b.dtype}",
-                                  where=f"buffer `{name}`", help="use write")
-            lo, hi = INT_RANGES[b.dtype]
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                    or not lo <= int(value) <= hi:
-                raise CallerError(f"{value!r} is not an {b.dtype} value ({lo}…{hi})",
-                                  where=f"buffer `{name}`")
-            addr, v = self.addresses.buffers[name], int(value)
-            words += [(addr + 4 * i, (v >> 32 * i) & 0xFFFFFFFF)
-                      for i in range(_SCALAR_WORDS[b.dtype])]
-        if not words:
-            return
-        if len(words) > _MAX_WORDS:
-            raise CallerError(f"write_scalars: {len(words)} words in one operation, at most "
-                              f"{_MAX_WORDS}", help="split the values over several calls")
-        if not self.stream_writes:
-            for name, value in values.items():
-                self.write(name, np.array([value], HOST_DTYPES[self._buffer(name).dtype]))
-            return
-        try:
-            self._dev.write_words(words, self._stream, where="write_scalars "
-                                  + ", ".join(f"`{n}`" for n in values))
-        except errors.CudaError as e:
-            if e.code != "CUDA_ERROR_NOT_SUPPORTED":
-                raise
-            self.stream_writes = False    # no stream memory operations here: copies, as before
-            self.write_scalars(values)
-
-    def mailbox(self, nbytes: int) -> Mailbox:
-        """A new :class:`~kern_runtime.mailbox.Mailbox` of ``nbytes`` (freed at close): host
-        memory that sequences' :class:`~kern_runtime.sequence.Load` and
-        :class:`~kern_runtime.sequence.Store` ops read and write on the GPU."""
-        self._check_open()
-        box = Mailbox(self._dev, self._stream, nbytes)
-        self._mailboxes.append(box)
-        return box
-
     def read(self, name: str, symbols: Mapping[str, int] | None = None) -> np.ndarray:
         """Wait for queued work and return buffer ``name`` at the shape of ``symbols`` (default:
         the last run's symbol values, else the maxima) as a new host array."""
@@ -368,30 +316,6 @@ class Runtime(SequenceRuns):
             from .readback import ReadRing
             ring = self._read_rings[name] = ReadRing(self._dev, cap)
         return ring.queue(self.addresses.buffers[name], shape, dtype, n, self._stream, where)
-
-    def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None, *,
-             dst_row: int = 0) -> None:
-        """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
-        into input or carry buffer ``dst`` (same dtype) from row ``dst_row`` (see
-        :func:`.hostdata.row_offset`), ordered like :meth:`write`."""
-        d, s, n, where = self._copy_plan(dst, src, symbols, dst_row)
-        if n:
-            self._dev.d2d(d, s, n, self._stream, where=where)
-
-    def _copy_plan(self, dst: str, src: str, symbols: Mapping[str, int] | None,
-                   dst_row: int) -> tuple[int, int, int, str]:
-        """(destination address, source address, bytes, where) of a checked copy."""
-        s, d = self._buffer(src), self._writable(dst, f"copy into `{dst}`: it")
-        where = f"copy `{src}` into `{dst}`"
-        if s.dtype != d.dtype:
-            raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
-                              f"differ")
-        *_, n = self._extent(src, symbols, f"copy `{src}`")
-        off = row_offset(where, d, dst_row, self.vm.sym_max)
-        if off + n > (room := self.plan.buffers[dst].nbytes):
-            raise CallerError(f"{where}: {n} bytes at byte {off} do not fit its {room}")
-        a = self.addresses.buffers
-        return a[dst] + off, a[src], n, where
 
     def synchronize(self) -> None:
         """Wait for all queued work (surfaces asynchronous kernel faults here)."""

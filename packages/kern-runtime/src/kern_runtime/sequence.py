@@ -29,7 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import CallerError
+from .hostdata import row_offset
 from .launchplan import check_symbols, graph_key
+from .mailbox import Mailbox
 from .summary import GraphInfo
 
 
@@ -153,7 +156,6 @@ class SequenceRuns:
         """(graph key, the checked ops, the last run's symbol values); raises on the first
         refused op before anything is queued."""
         if not ops:
-            from .errors import CallerError
             raise CallerError("run_sequence: the sequence is empty")
         keyed, plans, last = [], [], None
         for op in ops:
@@ -170,7 +172,6 @@ class SequenceRuns:
                 plans.append(("copy", plan))
             else:
                 if not copy_kernel:
-                    from .errors import CallerError
                     raise CallerError(f"run_sequence: {type(op).__name__} ops run in the "
                                       f"runtime's copy kernel", help="pass copy_kernel=True")
                 plan = self._mailbox_plan(op)
@@ -180,10 +181,41 @@ class SequenceRuns:
                 plans.append(("copy", plan))
         return ("sequence", copy_kernel, tuple(keyed)), plans, last
 
+    def copy(self, dst: str, src: str, symbols: Mapping[str, int] | None = None, *,
+             dst_row: int = 0) -> None:
+        """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
+        into input or carry buffer ``dst`` (same dtype) from row ``dst_row`` (see
+        :func:`.hostdata.row_offset`), ordered like :meth:`write`."""
+        d, s, n, where = self._copy_plan(dst, src, symbols, dst_row)
+        if n:
+            self._dev.d2d(d, s, n, self._stream, where=where)
+
+    def _copy_plan(self, dst: str, src: str, symbols: Mapping[str, int] | None,
+                   dst_row: int) -> tuple[int, int, int, str]:
+        """(destination address, source address, bytes, where) of a checked copy."""
+        s, d = self._buffer(src), self._writable(dst, f"copy into `{dst}`: it")
+        where = f"copy `{src}` into `{dst}`"
+        if s.dtype != d.dtype:
+            raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
+                              f"differ")
+        *_, n = self._extent(src, symbols, f"copy `{src}`")
+        off = row_offset(where, d, dst_row, self.vm.sym_max)
+        if off + n > (room := self.plan.buffers[dst].nbytes):
+            raise CallerError(f"{where}: {n} bytes at byte {off} do not fit its {room}")
+        a = self.addresses.buffers
+        return a[dst] + off, a[src], n, where
+
+    def mailbox(self, nbytes: int) -> Mailbox:
+        """A new :class:`~kern_runtime.mailbox.Mailbox` of ``nbytes`` (freed at close): host
+        memory that sequences' :class:`~kern_runtime.sequence.Load` and
+        :class:`~kern_runtime.sequence.Store` ops read and write on the GPU."""
+        self._check_open()
+        box = Mailbox(self._dev, self._stream, nbytes)
+        self._mailboxes.append(box)
+        return box
+
     def _mailbox_plan(self, op: "Load | Store") -> tuple[int, int, int, str]:
         """(destination, source, bytes, where) of a checked :class:`Load` or :class:`Store`."""
-        from .errors import CallerError
-        from .hostdata import row_offset
         box = op.box
         if not any(b is box for b in getattr(self, "_mailboxes", ())):
             raise CallerError(f"{type(op).__name__}: the mailbox is not one of this runtime's "
