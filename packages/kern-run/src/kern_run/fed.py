@@ -29,8 +29,7 @@ import numpy as np
 from kern_manifest.contract import (DECODE, KV_LENS, NEXT_TOKEN, POSITIONS, SLOTS, SYMBOL,
                                     TOKEN_IDS)
 
-from .errors import KernRunError
-from .inputs import I32_MAX
+from .inputs import check_pos0
 
 ONE = {SYMBOL: 1}
 #: Byte offsets in a mailbox.
@@ -60,8 +59,7 @@ class MailboxFeed:
 
     def queue(self, pos0: int, graph: bool = True) -> "BoxRead":
         """Queue the fed decode at ``pos0``; returns its token's pending read."""
-        if not 0 <= pos0 < I32_MAX:
-            raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
+        check_pos0(pos0)
         i = self._turn
         self._turn = (i + 1) % BOXES
         if (prev := self._reads[i]) is not None:

@@ -31,6 +31,13 @@ from .errors import KernRunError
 I32_MAX = 2**31 - 1
 
 
+def check_pos0(pos0: int, n: int = 1) -> None:
+    """Refuse a call of ``n`` tokens from ``pos0`` whose positions (and ``kv_lens``) leave
+    the contract's i32."""
+    if not 0 <= pos0 <= I32_MAX - n:
+        raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
+
+
 class Writer(Protocol):
     def write(self, name: str, array: np.ndarray) -> None: ...
     def copy(self, dst: str, src: str, symbols: dict[str, int] | None = None, *,
@@ -70,8 +77,7 @@ class Inputs:
         n = len(ids)
         if not 1 <= n <= self.max_tokens:
             raise KernRunError(f"a call carries 1…{self.max_tokens} tokens, not {n}")
-        if not 0 <= pos0 <= I32_MAX - n:
-            raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
+        check_pos0(pos0, n)
         view = self._ids[:n]
         view[:] = ids
         # One reduction: as unsigned, a negative id is >= 2**63, so above any vocabulary.
@@ -108,8 +114,7 @@ class Inputs:
         """The inputs of a one-token decode call at ``pos0`` whose token is the previous
         decode's ``next_token``: that is copied on the device (queued after the previous
         run), only the positions come from the host."""
-        if not 0 <= pos0 < I32_MAX:
-            raise KernRunError(f"position {pos0} does not fit the contract's i32 `pos0`")
+        check_pos0(pos0)
         self.table(rt, 1)
         rt.copy(TOKEN_IDS, NEXT_TOKEN, {SYMBOL: 1})
         # one queued store operation, no staging copies (pos0 is read by prefill only)

@@ -35,27 +35,22 @@ class ScalarWrites:
         ``stream_writes = False`` (an attribute; device_feed.py's A/B) writes them with
         :meth:`write` instead."""
         words: list[tuple[int, int]] = []
-        for name, value in values.items():
-            b = self._writable(name, f"buffer `{name}`")
-            if b.dtype not in SCALAR_WORDS:
-                raise CallerError(f"write_scalars takes i32 and i64 buffers, not {b.dtype}",
-                                  where=f"buffer `{name}`", help="use write")
-            lo, hi = INT_RANGES[b.dtype]
+        for (name, value), (dtype, addr, nw) in zip(values.items(), self._scalar_targets(values)):
+            lo, hi = INT_RANGES[dtype]
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                     or not lo <= int(value) <= hi:
-                raise CallerError(f"{value!r} is not an {b.dtype} value ({lo}…{hi})",
+                raise CallerError(f"{value!r} is not an {dtype} value ({lo}…{hi})",
                                   where=f"buffer `{name}`")
-            addr, v = self.addresses.buffers[name], int(value)
-            words += [(addr + 4 * i, (v >> 32 * i) & 0xFFFFFFFF)
-                      for i in range(SCALAR_WORDS[b.dtype])]
+            v = int(value)
+            words += [(addr + 4 * i, (v >> 32 * i) & 0xFFFFFFFF) for i in range(nw)]
         if not words:
             return
         if len(words) > MAX_WORDS:
             raise CallerError(f"write_scalars: {len(words)} words in one operation, at most "
                               f"{MAX_WORDS}", help="split the values over several calls")
         if not self.stream_writes:
-            for name, value in values.items():
-                self.write(name, np.array([value], HOST_DTYPES[self._buffer(name).dtype]))
+            for (name, value), (dtype, _, _) in zip(values.items(), self._scalar_targets(values)):
+                self.write(name, np.array([value], HOST_DTYPES[dtype]))
             return
         try:
             self._dev.write_words(words, self._stream, where="write_scalars "
@@ -65,3 +60,21 @@ class ScalarWrites:
                 raise
             self.stream_writes = False    # no stream memory operations here: copies, as before
             self.write_scalars(values)
+
+    def _scalar_targets(self, values: Mapping[str, int]) -> list[tuple[str, int, int]]:
+        """(dtype, address, 32-bit words) of each named buffer, checked on the first call
+        with these names and kept: a decode step's call repeats the same three."""
+        self._check_open()
+        cache = self.__dict__.setdefault("_scalar_cache", {})
+        names = tuple(values)
+        hit = cache.get(names)
+        if hit is None:
+            hit = []
+            for name in names:
+                b = self._writable(name, f"buffer `{name}`")
+                if b.dtype not in SCALAR_WORDS:
+                    raise CallerError(f"write_scalars takes i32 and i64 buffers, not {b.dtype}",
+                                      where=f"buffer `{name}`", help="use write")
+                hit.append((b.dtype, self.addresses.buffers[name], SCALAR_WORDS[b.dtype]))
+            cache[names] = hit
+        return hit

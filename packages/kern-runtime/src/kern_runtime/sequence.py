@@ -175,9 +175,7 @@ class SequenceRuns:
                     raise CallerError(f"run_sequence: {type(op).__name__} ops run in the "
                                       f"runtime's copy kernel", help="pass copy_kernel=True")
                 plan = self._mailbox_plan(op)
-                keyed.append((type(op).__name__, id(op.box), plan[2], op.offset,
-                              getattr(op, "dst", None), getattr(op, "src", None),
-                              getattr(op, "dst_row", 0)))
+                keyed.append((type(op).__name__,) + plan[:3])   # the addresses say it all
                 plans.append(("copy", plan))
         return ("sequence", copy_kernel, tuple(keyed)), plans, last
 
@@ -199,11 +197,15 @@ class SequenceRuns:
             raise CallerError(f"copy `{src}` ({s.dtype}) into `{dst}` ({d.dtype}): the dtypes "
                               f"differ")
         *_, n = self._extent(src, symbols, f"copy `{src}`")
-        off = row_offset(where, d, dst_row, self.vm.sym_max)
-        if off + n > (room := self.plan.buffers[dst].nbytes):
+        return self._into(dst, d, dst_row, n, where), self.addresses.buffers[src], n, where
+
+    def _into(self, name: str, buf: Any, row: int, n: int, where: str) -> int:
+        """The address of row ``row`` of input ``name`` (its manifest buffer ``buf``) after
+        checking that ``n`` bytes from there fit the buffer."""
+        off = row_offset(where, buf, row, self.vm.sym_max)
+        if off + n > (room := self.plan.buffers[name].nbytes):
             raise CallerError(f"{where}: {n} bytes at byte {off} do not fit its {room}")
-        a = self.addresses.buffers
-        return a[dst] + off, a[src], n, where
+        return self.addresses.buffers[name] + off
 
     def mailbox(self, nbytes: int) -> Mailbox:
         """A new :class:`~kern_runtime.mailbox.Mailbox` of ``nbytes`` (freed at close): host
@@ -217,24 +219,20 @@ class SequenceRuns:
     def _mailbox_plan(self, op: "Load | Store") -> tuple[int, int, int, str]:
         """(destination, source, bytes, where) of a checked :class:`Load` or :class:`Store`."""
         box = op.box
-        if not any(b is box for b in getattr(self, "_mailboxes", ())):
+        if not any(b is box for b in self._mailboxes):
             raise CallerError(f"{type(op).__name__}: the mailbox is not one of this runtime's "
                               f"(Runtime.mailbox makes them)")
         sym = None if op.symbols is None else dict(op.symbols)
-        a = self.addresses.buffers
         if isinstance(op, Load):
             d = self._writable(op.dst, f"load into `{op.dst}`: it")
             where = f"load mailbox bytes {op.offset}… into `{op.dst}`"
             *_, n = self._extent(op.dst, sym, where)
-            off = row_offset(where, d, op.dst_row, self.vm.sym_max)
-            if off + n > self.plan.buffers[op.dst].nbytes:
-                raise CallerError(f"{where}: {n} bytes at byte {off} do not fit")
-            dst, src = a[op.dst] + off, box.addr + op.offset
+            dst, src = self._into(op.dst, d, op.dst_row, n, where), box.addr + op.offset
         else:
             self._buffer(op.src)
             where = f"store `{op.src}` into mailbox bytes {op.offset}…"
             *_, n = self._extent(op.src, sym, where)
-            dst, src = box.addr + op.offset, a[op.src]
+            dst, src = box.addr + op.offset, self.addresses.buffers[op.src]
         if op.offset < 0 or op.offset + n > box.nbytes:
             raise CallerError(f"{where}: {n} bytes at byte {op.offset} are outside the "
                               f"mailbox's {box.nbytes}")

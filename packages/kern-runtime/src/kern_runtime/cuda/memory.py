@@ -51,9 +51,9 @@ def device_free(addr: int) -> None:
 class PinnedBuffer:
     """Page-locked host memory, exposed as a writable uint8 numpy array ``array``."""
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, flags: int = 0, where: str = "pinned staging") -> None:
         self.nbytes = max(int(nbytes), 1)
-        self.addr = int(call("cuMemHostAlloc", self.nbytes, 0, where="pinned staging"))
+        self.addr = int(call("cuMemHostAlloc", self.nbytes, flags, where=where))
         raw = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)
         self.array = np.frombuffer(raw, dtype=np.uint8)
 
@@ -70,18 +70,15 @@ class MappedBuffer(PinnedBuffer):
     loads and stores cross PCIe."""
 
     def __init__(self, nbytes: int) -> None:
-        self.nbytes = max(int(nbytes), 1)
-        flags = int(drv().CU_MEMHOSTALLOC_DEVICEMAP)
-        self.addr = int(call("cuMemHostAlloc", self.nbytes, flags, where="mapped host memory"))
+        super().__init__(nbytes, int(drv().CU_MEMHOSTALLOC_DEVICEMAP), "mapped host memory")
         dev = int(call("cuMemHostGetDevicePointer", self.addr, 0, where="mapped host memory"))
         if dev != self.addr:
-            call("cuMemFreeHost", self.addr)
+            host = self.addr
+            self.free()
             raise CudaError("cuMemHostGetDevicePointer", "NO_UNIFIED_ADDRESSING",
-                            f"device address {dev:#x} differs from host address {self.addr:#x}",
+                            f"device address {dev:#x} differs from host address {host:#x}",
                             help="kern-runtime's mailboxes need unified addressing (64-bit "
                                  "Linux, compute capability 2.0+)")
-        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.addr)
-        self.array = np.frombuffer(raw, dtype=np.uint8)
 
 
 class Stream:
