@@ -110,13 +110,16 @@
 #           KERN_GEMV_LAST_WAVE=1, 3.144 (GEMMs alone 2.870 vs 2.815), removed: commit
 #           7335ffa has both)
 #   feed    the fed decode steps: packages/kern-run/device_feed.py (what each kind of work
-#           between two decode graphs costs; the mailbox lever's tokens checked), kern-run
-#           bench of SmolLM2 (random weights of its shape; its A/B row: fed through mailboxes,
-#           kern_run/fed.py, tokens compared), kern-runtime's GPU tests and kern-run's
-#           test_gpu.py (those needing the SmolLM2 GGUF skip without it), the Qwen3 DSpark
+#           between two decode graphs costs; the mailboxes' tokens checked), kern-runtime's
+#           GPU tests, kern-run's test_gpu.py (those needing the SmolLM2 GGUF skip without
+#           it) and test_fed_gpu.py (the mailboxes' logits bit for bit), the Qwen3 DSpark
 #           loop's losslessness                                       -> $OUT/feed_*.txt
 #           (session 32's c1 ran it with the positions' one store operation as the A/B:
-#           0.442 vs 0.444 ms/token, adopted; c3 ran the probe before the mailboxes existed)
+#           0.442 vs 0.444 ms/token, adopted; session 33's c1 with the mailboxes as the A/B
+#           (SmolLM2 0.426 vs 0.440), adopted: the bench's A/B row is now the stream ops)
+#   bench   kern-run bench of the examples as shipped (SmolLM2 on random weights of its shape,
+#           Qwen3) with the compiled transformers baseline (KERN_BENCH_BASELINE=0: without),
+#           no tests                                                  -> $OUT/bench.txt
 #   ablate  kern-run bench --ablate on the Qwen3-4B shape example: what each class of kernels
 #           (GEMM, attention, rope, own norms) adds to the decode step -> $OUT/ablate.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
@@ -235,16 +238,19 @@ for step in "${STEPS[@]}"; do
       timeout 120 python3 packages/kern-run/device_feed.py 2>&1 | grep -v shards \
         > "$OUT/feed_probe.txt" || rc=1
       tail -13 "$OUT/feed_probe.txt"
-      timeout 200 python3 -m kern_run.cli bench --case smollm2 --random-weights --no-baseline \
-        > "$OUT/feed_bench.txt" 2>&1 || rc=1
-      grep -v "^bench:" "$OUT/feed_bench.txt" | grep -v shards | tail -6
       timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-runtime/tests \
-        packages/kern-run/tests/test_gpu.py > "$OUT/feed_tests.txt" 2>&1 || rc=1
+        packages/kern-run/tests/test_gpu.py packages/kern-run/tests/test_fed_gpu.py \
+        > "$OUT/feed_tests.txt" 2>&1 || rc=1
       echo "kern-runtime + kern-run GPU tests: $(tail -n 1 "$OUT/feed_tests.txt")"
       mkdir -p /tmp/check
       timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --chain \
         --out /tmp/check > "$OUT/feed_dspark.txt" 2>&1 || rc=1
       grep -v "round_log\|Loading\|weights:" "$OUT/feed_dspark.txt" | tail -8 ;;
+    bench)   # the examples as shipped, with the compiled transformers baseline (no tests)
+      nb=(); [ "${KERN_BENCH_BASELINE:-1}" = 0 ] && nb=(--no-baseline)
+      timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights --case qwen3 \
+        --qwen3 examples/qwen3-4b "${nb[@]}" > "$OUT/bench.txt" 2>&1 || rc=1
+      grep -v "^bench:" "$OUT/bench.txt" | grep -v shards | tail -16 ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
@@ -275,8 +281,9 @@ for step in "${STEPS[@]}"; do
       timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --chain \
         --out /tmp/check > "$OUT/check_dspark.txt" 2>&1 || rc=1
       grep -v "round_log\|Loading\|weights:" "$OUT/check_dspark.txt" | tail -12
+      nb=(); [ "${KERN_BENCH_BASELINE:-1}" = 0 ] && nb=(--no-baseline)
       timeout 420 python3 -m kern_run.cli bench --case smollm2 --random-weights --case qwen3 \
-        --qwen3 examples/qwen3-4b > "$OUT/bench.txt" 2>&1 || rc=1
+        --qwen3 examples/qwen3-4b "${nb[@]}" > "$OUT/bench.txt" 2>&1 || rc=1
       grep -v "^bench:" "$OUT/bench.txt" | tail -14 ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac

@@ -49,6 +49,21 @@ def test_between_two_fed_steps_only_the_mailboxes_are_touched():
     assert [e[1] for e in after if e[0] == "mark"] == [0, 1] * 3 + [0]
 
 
+def test_generations_on_one_runtime_share_its_boxes_and_graphs():
+    rt = MailboxKVRuntime(model="random", vocab=VOCAB)
+    first = generate(rt, [1, 2, 3], steps=6, chunk=4, max_tokens=16)
+    captured = len(rt.captured_sequences)
+    # the first generation stops on EOS with a step still queued: the next one waits for it
+    eos = generate(rt, [4, 5], steps=6, chunk=4, max_tokens=16, eos={first.tokens[2]})
+    again = generate(rt, [1, 2, 3], steps=6, chunk=4, max_tokens=16)
+    assert len(rt.boxes) == 2 and len(rt.captured_sequences) == captured == 2
+    assert MailboxFeed.of(rt) is MailboxFeed.of(rt)
+    assert again.tokens == first.tokens
+    fresh = generate(MailboxKVRuntime(model="random", vocab=VOCAB), [4, 5], steps=6, chunk=4,
+                     max_tokens=16, eos={first.tokens[2]})
+    assert eos.tokens == fresh.tokens and eos.stop == fresh.stop
+
+
 def test_a_box_is_read_out_before_it_is_written_again():
     rt = MailboxKVRuntime(model="random", vocab=VOCAB)
     generate(rt, [1, 2], steps=1, chunk=4, max_tokens=16)   # loads the state
@@ -63,9 +78,18 @@ def test_a_box_is_read_out_before_it_is_written_again():
         feed.queue(2**31 - 1)
 
 
-def test_mailboxes_are_a_lever_off_by_default():
+def test_mailboxes_are_the_default_and_can_be_turned_off():
     rt = MailboxKVRuntime(model="random", vocab=VOCAB)
     res = generate(rt, [1, 2, 3], steps=5, chunk=4, max_tokens=16)
-    assert rt.boxes == [] and not any(e[0] == "sequence" for e in rt.events)
-    assert res.tokens == generate(MailboxKVRuntime(model="random", vocab=VOCAB), [1, 2, 3],
-                                  steps=5, chunk=4, max_tokens=16, mailboxes=True).tokens
+    assert len(rt.boxes) == 2 and sum(e[0] == "sequence" for e in rt.events) == 4
+    off = MailboxKVRuntime(model="random", vocab=VOCAB)
+    ops = generate(off, [1, 2, 3], steps=5, chunk=4, max_tokens=16, mailboxes=False)
+    assert off.boxes == [] and not any(e[0] == "sequence" for e in off.events)
+    assert res.tokens == ops.tokens
+
+
+def test_a_runtime_without_mailboxes_feeds_by_stream_operations():
+    rt = KVModelRuntime(model="random", vocab=VOCAB)
+    assert not hasattr(rt, "mailbox")
+    res = generate(rt, [1, 2, 3], steps=5, chunk=4, max_tokens=16)
+    assert len(res.tokens) == 5

@@ -133,7 +133,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
              capacity: int | None = None, fixed_context: bool = False,
              vocab: int | None = None, table_pages: int | None = None,
              on_token: Callable[[int], None] | None = None, capture: bool = True,
-             mailboxes: bool = False,
+             mailboxes: bool = True,
              clock: Callable[[], float] = time.perf_counter) -> Result:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` (token ids).
 
@@ -141,9 +141,10 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     any call); ``fixed_context``: that limit is the manifest's fixed context, not a chosen
     ``--capacity`` (:func:`kern_run.capacity.choose`). None checks nothing.
     ``table_pages``: the block table's pages per row (``ContractInfo.table_pages``; None:
-    :func:`~kern_run.inputs.table_pages_of` the runtime). ``mailboxes=True``: fed steps as
-    one sequence graph each through the runtime's mailboxes (:mod:`kern_run.fed`; a lever,
-    off until measured on a GPU)."""
+    :func:`~kern_run.inputs.table_pages_of` the runtime). ``mailboxes`` (default): fed steps as
+    one sequence graph each through the runtime's mailboxes (:mod:`kern_run.fed`), where the
+    runtime has them; False: a token copy, the positions and a read queued between the
+    graphs (the A/B of ``kern-run bench``)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     prompt = [int(t) for t in prompt]
@@ -157,7 +158,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     res = Result(prompt=prompt, tokens=[], stop="steps")
     # Fed steps: a token copy, the positions and a read, each queued between the graphs; or
     # (``mailboxes``, where the runtime has them) one sequence graph each (kern_run.fed).
-    feed = MailboxFeed(rt) if mailboxes and hasattr(rt, "mailbox") else None
+    feed = MailboxFeed.of(rt) if mailboxes and hasattr(rt, "mailbox") else None
     if capture:
         res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)],
                                        None if eager else feed)

@@ -18,10 +18,10 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
     """Median decode ms/token over ``reps`` generations of ``steps`` tokens (no EOS), after a
     warm-up; GPU ms per back-to-back decode graph; host ms per step (the difference).
     ``capacity``/``fixed``: the KV limit (a 16-token prompt + ``steps`` must fit).
-    Interleaved with each generation, one whose fed steps run as one sequence graph each
-    through mailboxes (:mod:`kern_run.fed`, a lever) instead of a token copy, the positions
-    and a read queued between the graphs: ``decode_ms_mailboxes``, and whether its tokens
-    were the same."""
+    The generations feed their steps through mailboxes (:mod:`kern_run.fed`, the default);
+    interleaved with each, one whose fed steps queue a token copy, the positions and a read
+    between the graphs instead (the way before session 33): ``decode_ms_streamops``, and
+    whether its tokens were the same."""
     from ..generate import generate
     prompt = [(17 * i + 5) % (vocab or 1000) for i in range(16)]
 
@@ -29,10 +29,10 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
         return generate(rt, prompt, steps=steps, chunk=max_tokens, max_tokens=max_tokens,
                         vocab=vocab, capacity=capacity, fixed_context=fixed,
                         mailboxes=mailboxes)
-    run(), run(True)
-    pairs = [(run(), run(True)) for _ in range(reps)]
+    run(True), run()
+    pairs = [(run(True), run()) for _ in range(reps)]
     per_tok = [a.decode_s / a.decode_tokens for a, _ in pairs]
-    boxed = [b.decode_s / b.decode_tokens for _, b in pairs]
+    ops = [b.decode_s / b.decode_tokens for _, b in pairs]
     same = all(a.tokens == b.tokens for a, b in pairs)
     k = max(50, steps)
     rt.synchronize()
@@ -43,8 +43,8 @@ def kern_decode(rt, max_tokens: int, *, steps: int, reps: int, vocab: int | None
     gpu = (time.perf_counter() - t0) / k
     ms = median_ms(per_tok)
     return {"decode_ms": ms, "decode_gpu_ms": 1000 * gpu, "host_ms": ms - 1000 * gpu,
-            "samples_ms": [1000 * s for s in per_tok], "decode_ms_mailboxes": median_ms(boxed),
-            "mailboxes_same_tokens": same}
+            "samples_ms": [1000 * s for s in per_tok], "decode_ms_streamops": median_ms(ops),
+            "streamops_same_tokens": same}
 
 
 def kern_prefill(rt, max_tokens: int, n: int, reps: int, vocab: int | None,
