@@ -9,6 +9,13 @@ stream, stream, mailbox, mailbox, stream, mailbox-eager (the sequence queued op 
 prints for pairs of passes the first step whose logits differ (bitwise), the largest |Δ| there
 and the first differing token. With ``--no-pdl`` also on a runtime loaded with PDL off.
 
+Its first run (H100, session 33) answered: the mailbox way was bit-identical to the stream
+operations' (and to itself, and op by op) in every pass; only a fresh runtime's first pass
+differed from the later ones, from step 0. Cause: the prefill program writes the cache only
+(no ``logits``, no ``next_token``), so fed steps started right after a whole-prompt prefill
+took a stale ``next_token`` (the fresh buffer's, then the previous pass's). The passes now
+start as ``generate`` does: a prefill of all but the last prompt token, then a decode of it.
+
     python3 packages/kern-run/device_fed_check.py [--steps 48]
 """
 
@@ -35,8 +42,11 @@ def as_f32(x: np.ndarray) -> np.ndarray:
 def one_pass(rt, way: str, steps: int) -> tuple[list[int], list[np.ndarray]]:
     from kern_run.fed import MailboxFeed
     from kern_run.inputs import write_at
-    write_at(rt, PROMPT, 0)
-    rt.run(PREFILL, {SYMBOL: len(PROMPT)}, graph=False)
+    n = len(PROMPT) - 1
+    write_at(rt, PROMPT[:n], 0)
+    rt.run(PREFILL, {SYMBOL: n}, graph=False)
+    write_at(rt, PROMPT[n:], n)
+    rt.run(DECODE, ONE, graph=False)                 # next_token: the first generated token
     feed = MailboxFeed.of(rt)
     tokens, logits = [], []
     for i in range(steps):

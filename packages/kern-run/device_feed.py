@@ -92,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             bx.mark()
 
         def tokens(way: str, n: int = 48) -> list[int]:
-            write_at(rt, [1] * 16, 0)
-            rt.run("prefill", {SYMBOL: 16}, graph=False)
+            # as generate: the prefill writes the cache only, the last prompt token's decode
+            # makes the first next_token the fed steps take
+            write_at(rt, [1] * 15, 0)
+            rt.run("prefill", {SYMBOL: 15}, graph=False)
+            write_at(rt, [1], 15)
+            rt.run("decode", ONE, graph=False)
             out = []
             k = 4 if way == "mailbox4" else 1
             for i in range(n // k):

@@ -118,8 +118,8 @@
 #           0.442 vs 0.444 ms/token, adopted; session 33's c1 with the mailboxes as the A/B
 #           (SmolLM2 0.426 vs 0.440), adopted: the bench's A/B row is now the stream ops)
 #   fedcheck  packages/kern-run/device_fed_check.py: the fed steps' logits pass to pass and
-#           way to way (stream operations, mailboxes, mailboxes op by op), PDL on and off
-#                                                                     -> $OUT/fed_check.txt
+#           way to way (stream operations, mailboxes, mailboxes op by op), PDL on and off,
+#           then kern-run's test_fed_gpu.py                      -> $OUT/fed_{check,tests}.txt
 #   bench   kern-run bench of the examples as shipped (SmolLM2 on random weights of its shape,
 #           Qwen3) with the compiled transformers baseline (KERN_BENCH_BASELINE=0: without),
 #           no tests                                                  -> $OUT/bench.txt
@@ -257,7 +257,10 @@ for step in "${STEPS[@]}"; do
     fedcheck)
       timeout 200 python3 packages/kern-run/device_fed_check.py --no-pdl 2>&1 | grep -v shards \
         | tee "$OUT/fed_check.txt"
-      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-run/tests/test_fed_gpu.py \
+        > "$OUT/fed_tests.txt" 2>&1 || rc=1
+      echo "test_fed_gpu.py: $(tail -n 1 "$OUT/fed_tests.txt")" ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1

@@ -6,7 +6,14 @@ The SmolLM2 example on seeded random weights of its shape (``kern-run bench
 --random-weights``; no GGUF; made by transformers in a child process on first use). Random
 weights tend to repeat one greedy token, so the tokens alone would not show a stale input
 token or position: the logits, which depend on both (the embedding row, the rope angles, the
-keys attended), are what is compared; the test also asserts that they change step to step."""
+keys attended), are what is compared; the test also asserts that they change step to step.
+
+The prompt runs as the generation loop runs it: a prefill of all but its last token (the
+prefill program writes the cache only: no ``logits``, no ``next_token``), then a decode of
+the last token, whose ``next_token`` the first fed step takes. (Session 33's first run of
+this test started the fed steps right after a prefill of the whole prompt, so its first
+step took a stale ``next_token``: the previous pass's, or the fresh buffer's; that made a
+fresh runtime's first pass differ from every later one, with the mailboxes or without.)"""
 
 from __future__ import annotations
 
@@ -39,9 +46,13 @@ def loaded():
 
 
 def _prefill(rt) -> None:
+    """The prompt up to its first generated token (``next_token``), as ``generate`` runs it."""
     from kern_run.inputs import write_at
-    write_at(rt, PROMPT, 0)
-    rt.run(PREFILL, {SYMBOL: len(PROMPT)}, graph=False)
+    n = len(PROMPT) - 1
+    write_at(rt, PROMPT[:n], 0)
+    rt.run(PREFILL, {SYMBOL: n}, graph=False)
+    write_at(rt, PROMPT[n:], n)
+    rt.run(DECODE, ONE, graph=False)
 
 
 def _by_stream_operations(rt) -> tuple[list[int], list[np.ndarray]]:
