@@ -12,7 +12,7 @@ from kern_run.generate import generate
 from kern_run.spec import NgramProposer, spec_generate
 from kern_run.spec.check import produced
 from krun_fakes import FakeRuntime
-from spec_fakes import KVModelRuntime, Never, Oracle
+from spec_fakes import KVModelRuntime, MailboxKVRuntime, Never, Oracle
 
 VOCAB = 64
 
@@ -44,8 +44,10 @@ def cases(draw):
     n_min = draw(st.integers(1, 3))
     ngram = (n_min, n_min + draw(st.integers(0, 2)))
     seed = draw(st.integers(0, 2**16))
+    boxes = draw(st.booleans())        # a runtime with mailboxes: plain steps through them
     return dict(model=model, prompt=prompt, steps=steps, k=k, chunk=chunk, eos=eos,
-                capacity=capacity, eager=eager, drafter=drafter, ngram=ngram, seed=seed)
+                capacity=capacity, eager=eager, drafter=drafter, ngram=ngram, seed=seed,
+                boxes=boxes)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,12 +64,17 @@ def test_spec_output_equals_plain_greedy(c):
                 "perfect": Oracle(truth)}[c["drafter"]]
     # a KV state exactly as large as the run may need: a write past it raises
     cap = c["capacity"] if c["capacity"] is not None else len(c["prompt"]) + c["steps"]
-    rt = KVModelRuntime(model=c["model"], vocab=VOCAB, capacity=cap)
+    rt = (MailboxKVRuntime if c["boxes"] else KVModelRuntime)(model=c["model"], vocab=VOCAB,
+                                                              capacity=cap)
     spec = spec_generate(rt, c["prompt"], max_tokens=16, k=c["k"], ngram=c["ngram"],
                          proposer=proposer, **common)
     same(spec, plain)
     assert not rt.uncaptured                      # every replay was captured before
     s = spec.spec
+    fed = sum(e[0] == "sequence" for e in rt.events)
+    # every plain step fed from the previous one ran through the mailboxes (a fallback's
+    # step is fed from the host)
+    assert fed >= s.decode_steps - s.fallbacks if c["boxes"] else fed == 0
     assert len(produced(spec)) == s.round_tokens + s.decode_steps + 1
     assert spec.decode_tokens == len(produced(spec)) - 1
     if c["drafter"] == "perfect":
@@ -315,3 +322,18 @@ def test_host_time_per_round_is_small():
         assert s.rounds >= 90 and s.host_gaps == s.rounds - 1 and s.tau == pytest.approx(8, 0.05)
         best = min(best or 1e9, s.host_us_per_round)
     assert best < 1000, f"{best:.0f} µs of host work per round"
+
+
+def test_plain_steps_go_through_the_mailboxes_where_the_runtime_has_them():
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(0, VOCAB, 30).tolist()    # the random model: few n-gram matches
+    kw = dict(steps=40, chunk=8, max_tokens=16, k=5, ngram=(1, 2))
+    boxed_rt, ops_rt = (MailboxKVRuntime(model="random", vocab=VOCAB) for _ in range(2))
+    boxed = spec_generate(boxed_rt, prompt, **kw)
+    ops = spec_generate(ops_rt, prompt, mailboxes=False, **kw)
+    same(boxed, ops)
+    same(boxed, plain_run(prompt, model="random", steps=40, chunk=8))
+    fed = sum(e[0] == "sequence" for e in boxed_rt.events)
+    assert fed >= boxed.spec.decode_steps - boxed.spec.fallbacks > 0
+    assert ops_rt.boxes == [] and not any(e[0] == "sequence" for e in ops_rt.events)
+    assert len(boxed_rt.boxes) == 2 and len(boxed_rt.captured_sequences) == 2

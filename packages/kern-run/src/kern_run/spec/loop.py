@@ -39,6 +39,7 @@ import numpy as np
 
 from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY, VERIFY_MAX
 from ..errors import KernRunError
+from ..fed import MailboxFeed
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs, table_pages_of
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
@@ -94,6 +95,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
                   table_pages: int | None = None,
                   on_token: Callable[[int], None] | None = None, capture: bool = True,
                   proposer: Proposer | None = None, verify_max: int = VERIFY_MAX,
+                  mailboxes: bool = True,
                   clock: Callable[[], float] = time.perf_counter) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with verify rounds of
     at most ``k`` drafts; the tokens equal :func:`~kern_run.generate.generate`'s (modulo
@@ -101,7 +103,8 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
 
     The arguments shared with ``generate`` mean the same; ``ngram`` (n_min, n_max) configures
     the default :class:`~kern_run.spec.ngram.NgramProposer`, which ``proposer`` replaces.
-    ``verify_max``: the largest ``tokens`` the manifest's ``verify`` takes."""
+    ``verify_max``: the largest ``tokens`` the manifest's ``verify`` takes. ``mailboxes``: the
+    plain steps' feed, as ``generate``'s (:mod:`kern_run.fed`)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     check_spec_options(k, ngram, max_tokens, verify_max)
@@ -115,15 +118,16 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
     stats = SpecStats(k=k, ngram=tuple(ngram) if isinstance(proposer, NgramProposer) else None,
                       widths=widths)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
+    feed = MailboxFeed.of(rt) if mailboxes and hasattr(rt, "mailbox") else None
     if capture:
-        res.capture_s = capture_graphs(rt, calls)
+        res.capture_s = capture_graphs(rt, calls, None if eager else feed)
         t = time.perf_counter()
         for w in widths:
             rt.capture(VERIFY, {"tokens": w})
         res.capture_s += time.perf_counter() - t
     loop = _Loop(rt, res, proposer, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
                  eager=eager, capacity=capacity, vocab=vocab,
-                 on_token=on_token, clock=clock,
+                 on_token=on_token, clock=clock, feed=feed,
                  inputs=Inputs(max_tokens, vocab,
                                table_pages=table_pages or table_pages_of(rt),
                                capacity=None if fixed_context else capacity))
@@ -141,12 +145,12 @@ class _Loop(Emission):
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
                  vocab: int | None,
                  on_token: Callable[[int], None] | None, clock: Callable[[], float],
-                 inputs: Inputs) -> None:
+                 inputs: Inputs, feed: MailboxFeed | None = None) -> None:
         self.rt, self.res, self.stats, self.proposer = rt, res, res.spec, proposer
         self.steps, self.k, self.eos, self.eager = steps, k, eos, eager
         self.capacity, self.vocab, self.on_token, self.clock = capacity, vocab, on_token, clock
         self.n = n = len(res.prompt)
-        self.inputs = inputs
+        self.inputs, self.feed = inputs, feed
         size = n + steps + k + 1
         self.seq = np.zeros(size, dtype=np.int64)
         self.seq[:n] = res.prompt
@@ -191,12 +195,16 @@ class _Loop(Emission):
 
     def queue_fed(self) -> None:
         """The next plain step; its input is the last queued step's output, copied on the
-        device (Inputs.write_fed)."""
+        device: through the mailboxes (``feed``, one sequence graph) or by stream operations
+        (Inputs.write_fed)."""
         call = decode_call(self.n + self.produced + len(self.pending) - 1, eager=self.eager)
-        self.inputs.write_fed(self.rt, call.pos0)
-        self.rt.run(call.program, call.symbols, graph=call.graph)
+        if self.feed is not None:
+            self.pending.append(self.feed.queue(call.pos0, graph=call.graph))
+        else:
+            self.inputs.write_fed(self.rt, call.pos0)
+            self.rt.run(call.program, call.symbols, graph=call.graph)
+            self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
         self.res.calls.append(call)
-        self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
 
     def plain_step(self) -> bool:
         """generate's pipelined decode: queue the next step, read the oldest; True: stop."""
