@@ -103,3 +103,19 @@ def test_generate_with_and_without_mailboxes(loaded):
     ops = generate(rt, PROMPT, mailboxes=False, **kw)
     again = generate(rt, PROMPT, **kw)          # the runtime's feed reused
     assert boxed.tokens == ops.tokens == again.tokens and len(boxed.tokens) == STEPS
+
+
+def test_spec_generate_with_and_without_mailboxes(loaded):
+    """The n-gram loop's plain steps through the mailboxes: the same tokens, rounds and
+    acceptances as by stream operations (the same programs in the same order; only the
+    feed differs). Random weights repeat few tokens, so the n-gram index matches and verify
+    rounds run between the plain steps."""
+    from kern_run.spec import spec_generate
+    rt, info = loaded
+    kw = dict(steps=48, chunk=info.max_tokens, max_tokens=info.max_tokens, vocab=info.vocab,
+              k=5)
+    boxed = spec_generate(rt, PROMPT, **kw)
+    ops = spec_generate(rt, PROMPT, mailboxes=False, **kw)
+    assert boxed.tokens == ops.tokens and len(boxed.tokens) == 48
+    assert boxed.spec.accepted == ops.spec.accepted
+    assert boxed.spec.rounds > 0, "no verify round ran"
