@@ -9,8 +9,8 @@ step's positions (``positions``, ``slots``, ``kv_lens``: the host's values) from
 mailbox. The host reads the token there after the mailbox's event.
 
 Why: on an H100 (session 32, ``packages/kern-run/device_feed.py``, docs/measurements.md)
-the default feed (a token copy, the positions, a read back with its event, each its own
-stream operation between the graphs) adds ~17 µs a step to the replayed graph.
+the stream operations' feed (a token copy, the positions, a read back with its event, each
+its own stream operation between the graphs) adds ~17 µs a step to the replayed graph.
 
 Status: the default of :func:`~kern_run.generate.generate` since session 33. Measured there
 on an H100 (``device_feed.py``): +3.4 µs a step over the bare replay against +17.5 µs for
@@ -44,6 +44,12 @@ AT_POSITION, AT_SLOT, AT_KV_LEN, AT_TOKEN, BOX_BYTES = 0, 8, 16, 24, 32
 BOXES = 2
 
 
+def feed_for(rt: Any, mailboxes: bool) -> "MailboxFeed | None":
+    """The feed of a generation loop's fed steps: the runtime's :class:`MailboxFeed` when
+    ``mailboxes`` and the runtime has them (``rt.mailbox``), else None (stream operations)."""
+    return MailboxFeed.of(rt) if mailboxes and hasattr(rt, "mailbox") else None
+
+
 class MailboxFeed:
     """The fed steps of one runtime (``rt.mailbox`` and ``rt.run_sequence``). One per runtime
     (:meth:`of`): its mailboxes and sequence graphs live as long as the runtime, so that
@@ -66,6 +72,9 @@ class MailboxFeed:
                      Load.of(POSITIONS, b, AT_POSITION, ONE), Load.of(SLOTS, b, AT_SLOT, ONE),
                      Load.of(KV_LENS, b, AT_KV_LEN, ONE), Run.of(DECODE, ONE),
                      Store.of(b, NEXT_TOKEN, AT_TOKEN, ONE)) for b in self.boxes]
+        # per box, made once: (position and slot i64 [2], kv_len i32 [1], next_token i64 [1])
+        self._views = [(b.view(np.int64, AT_POSITION, 2), b.view(np.int32, AT_KV_LEN),
+                        b.view(np.int64, AT_TOKEN)) for b in self.boxes]
         self._reads: list[BoxRead | None] = [None] * BOXES
         self._turn = 0
 
@@ -81,12 +90,12 @@ class MailboxFeed:
         self._turn = (i + 1) % BOXES
         if (prev := self._reads[i]) is not None:
             prev.wait()                   # its token is read out before the box is reused
-        box = self.boxes[i]
-        box.view(np.int64, AT_POSITION, 2)[:] = pos0        # position and slot
-        box.view(np.int32, AT_KV_LEN)[0] = pos0 + 1
+        box, (pos_slot, kv_len, token) = self.boxes[i], self._views[i]
+        pos_slot[:] = pos0
+        kv_len[0] = pos0 + 1
         self.rt.run_sequence(self.ops[i], graph=graph, copy_kernel=True)
         box.mark()
-        read = self._reads[i] = BoxRead(box)
+        read = self._reads[i] = BoxRead(box, token)
         return read
 
 
@@ -97,13 +106,14 @@ class BoxRead:
     """A fed step's token: :meth:`wait` waits for its mailbox's event, then copies it out
     (once; later calls return the same array)."""
 
-    def __init__(self, box: Any) -> None:
+    def __init__(self, box: Any, token: np.ndarray) -> None:
         self._box: Any = box
+        self._token = token               # the box's next_token view
         self._out: np.ndarray | None = None
 
     def wait(self) -> np.ndarray:
         if self._out is None:
             self._box.wait()
-            self._out = self._box.view(np.int64, AT_TOKEN).copy()
-            self._box = None
+            self._out = self._token.copy()
+            self._box = self._token = None
         return self._out

@@ -30,7 +30,7 @@ import numpy as np
 from kern_manifest.contract import DECODE, NEXT_TOKEN, SYMBOL
 
 from .errors import KernRunError
-from .fed import MailboxFeed
+from .fed import MailboxFeed, feed_for
 from .inputs import Inputs, table_pages_of
 from .chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
@@ -158,7 +158,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     res = Result(prompt=prompt, tokens=[], stop="steps")
     # Fed steps: a token copy, the positions and a read, each queued between the graphs; or
     # (``mailboxes``, where the runtime has them) one sequence graph each (kern_run.fed).
-    feed = MailboxFeed.of(rt) if mailboxes and hasattr(rt, "mailbox") else None
+    feed = feed_for(rt, mailboxes)
     if capture:
         res.capture_s = capture_graphs(rt, calls + [decode_call(n, eager=eager)],
                                        None if eager else feed)

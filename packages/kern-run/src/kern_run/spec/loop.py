@@ -39,7 +39,7 @@ import numpy as np
 
 from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY, VERIFY_MAX
 from ..errors import KernRunError
-from ..fed import MailboxFeed
+from ..fed import MailboxFeed, feed_for
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs, table_pages_of
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
@@ -118,7 +118,7 @@ def spec_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: 
     stats = SpecStats(k=k, ngram=tuple(ngram) if isinstance(proposer, NgramProposer) else None,
                       widths=widths)
     res = SpecResult(prompt=prompt, tokens=[], stop="steps", spec=stats)
-    feed = MailboxFeed.of(rt) if mailboxes and hasattr(rt, "mailbox") else None
+    feed = feed_for(rt, mailboxes)
     if capture:
         res.capture_s = capture_graphs(rt, calls, None if eager else feed)
         t = time.perf_counter()
