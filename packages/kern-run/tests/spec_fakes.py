@@ -398,9 +398,9 @@ class NullRuntime:
         pass
 
 
-class MailboxKVRuntime(KVModelRuntime):
-    """:class:`KVModelRuntime` with mailboxes (``Runtime.mailbox``): the generation loop
-    takes its fed steps through them (:mod:`kern_run.fed`)."""
+class Mailboxes:
+    """Mixin of a fake runtime with mailboxes (``Runtime.mailbox``): the generation loops
+    take their fed steps through them (:mod:`kern_run.fed`)."""
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -410,3 +410,7 @@ class MailboxKVRuntime(KVModelRuntime):
         box = FakeBox(self, nbytes)
         self.boxes.append(box)
         return box
+
+
+class MailboxKVRuntime(Mailboxes, KVModelRuntime):
+    """:class:`KVModelRuntime` with mailboxes."""

@@ -17,8 +17,8 @@ on an H100 (``device_feed.py``): +3.4 µs a step over the bare replay against +1
 the stream operations, logits bit-identical step by step; ``kern-run bench`` SmolLM2 (random
 weights of its shape) 0.426 vs 0.440 ms/token, tokens identical. ``generate(mailboxes=False)``
 is the old way (the bench's A/B row). The n-gram speculative loop's plain steps
-(:func:`~kern_run.spec.spec_generate`) take the same feed; the DSpark loop's plain tail and
-the serving engine's batched steps still queue stream operations.
+(:func:`~kern_run.spec.spec_generate`) and, since session 34, the DSpark loop's plain tail
+take the same feed; the serving engine's batched steps still queue stream operations.
 
 Mailbox layout (32 bytes): ``positions`` i64 at 0, ``slots`` i64 at 8, ``kv_lens`` i32 at
 16, ``next_token`` i64 at 24 (what the decode stored). Two mailboxes are used in turn: the

@@ -55,6 +55,7 @@ from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE,
                                     VERIFY_MAX)
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from ..errors import KernRunError
+from ..fed import MailboxFeed, feed_for
 from ..generate import ONE, RuntimeLike
 from ..inputs import Inputs, table_pages_of
 from .accept import accept_prefix
@@ -101,7 +102,7 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
                     clock: Callable[[], float] = time.perf_counter,
                     chain: bool = True, ahead: bool = True,
                     pipeline: bool = False, prefill_precompute: bool = False,
-                    round_graph: str = "memcpy") -> SpecResult:
+                    round_graph: str = "memcpy", mailboxes: bool = True) -> SpecResult:
     """Greedy generation of at most ``steps`` tokens after ``prompt`` with DSpark rounds of at
     most ``k`` drafts (default: the block B); the tokens equal
     :func:`~kern_run.generate.generate`'s (modulo bf16 near-ties between the multi-row verify
@@ -118,7 +119,8 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     ``draft_precompute``; ``round_graph``: a pipelined round fed on the device is one CUDA
     graph (:func:`~kern_run.spec.dspark_pipeline.fed_round`), its copies as memcpy nodes
     (``"memcpy"``) or in the runtime's copy kernel (``"kernel"``); ``"off"``: a graph per
-    program."""
+    program; ``mailboxes``: the plain tail's fed steps, as ``generate``'s
+    (:mod:`kern_run.fed`)."""
     if steps < 1:
         raise KernRunError(f"--steps must be at least 1 (got {steps})")
     k = draft.block if k is None else k
@@ -137,15 +139,17 @@ def dspark_generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk
     from .dspark_pipeline import PipelinedLoop, fed_round
     one = fed_round(draft.block, k, round_graph)      # refuses an unknown value
     one = one if pipeline and k + 1 in widths else None
+    feed = feed_for(rt, mailboxes) if steps > 1 and not eager else None
     if capture:
-        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc, one)
+        res.capture_s = capture_dspark(rt, calls, draft.block, widths, steps, chunk_pc, one,
+                                       feed)
     loop = (PipelinedLoop if pipeline else _DSparkLoop)(rt, res, draft, steps=steps, k=k, eos=frozenset(int(e) for e in eos),
                        eager=eager, capacity=capacity, on_token=on_token, clock=clock,
                        inputs=Inputs(max_tokens, vocab,
                                      table_pages=table_pages or table_pages_of(rt),
                                      capacity=None if fixed_context else capacity),
                        timer=RoundTimer(gpu_timer) if gpu_timer is not None else None,
-                       chain=chain, ahead=ahead, chunk_precompute=chunk_pc,
+                       chain=chain, ahead=ahead, chunk_precompute=chunk_pc, feed=feed,
                        **({"fed": one} if pipeline else {}))
     loop.run(calls)
     return res
@@ -159,7 +163,8 @@ class _DSparkLoop(Emission):
                  k: int, eos: frozenset[int], eager: bool, capacity: int | None,
                  on_token: Callable[[int], None] | None, clock: Callable[[], float],
                  inputs: Inputs, timer: RoundTimer | None, chain: bool = False,
-                 ahead: bool = False, chunk_precompute: str = DRAFT_PRECOMPUTE) -> None:
+                 ahead: bool = False, chunk_precompute: str = DRAFT_PRECOMPUTE,
+                 feed: MailboxFeed | None = None) -> None:
         self.rt, self.res, self.stats, self.chain = rt, res, res.spec, chain
         self.ahead = ahead
         self.block, self.steps, self.k, self.eos, self.eager = draft.block, steps, k, eos, eager
@@ -174,6 +179,7 @@ class _DSparkLoop(Emission):
         self.stream: list[int] = []       # emitted, not yet passed to on_token
         self.t_first = self.t_last = 0.0
         self.chunk_precompute = chunk_precompute   # the prompt chunks' precompute program
+        self.feed = feed                  # the tail's fed steps (None: stream operations)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def launch(self, program: str, pos0: int, tokens: int, graph: bool) -> None:
@@ -359,8 +365,8 @@ class _DSparkLoop(Emission):
 
     def tail(self) -> None:
         """Step 3: plain decode to the end, pipelined as ``generate``'s (each step's input is
-        the previous step's ``next_token``, copied on the device); the first from the
-        host-known anchor."""
+        the previous step's ``next_token``, copied on the device: through the mailboxes with
+        a ``feed``, else by stream operations); the first from the host-known anchor."""
         rt, p = self.rt, self.n + self.produced - 1
         if self.stats.tail_reason is None:
             self.stats.tail_reason = "one step left"
@@ -372,9 +378,13 @@ class _DSparkLoop(Emission):
             queued = self.produced + len(pending)
             if queued < self.steps:
                 call = decode_call(self.n + queued - 1, eager=self.eager)
-                self.inputs.write_fed(rt, call.pos0)
-                self.launch(call.program, call.pos0, 1, call.graph)
-                pending.append(rt.read_async(NEXT_TOKEN, ONE))
+                if self.feed is not None:
+                    pending.append(self.feed.queue(call.pos0, graph=call.graph))
+                    self.res.calls.append(call)
+                else:
+                    self.inputs.write_fed(rt, call.pos0)
+                    self.launch(call.program, call.pos0, 1, call.graph)
+                    pending.append(rt.read_async(NEXT_TOKEN, ONE))
             tok = int(pending.popleft().wait().reshape(-1)[0])
             self.t_last = self.clock()
             self.stats.decode_steps += 1
