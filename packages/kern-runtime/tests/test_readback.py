@@ -106,6 +106,7 @@ def toy_runtime(tmp_path):
 
 def test_runtime_read_async_shape_and_bytes(tmp_path):
     rt, dev = toy_runtime(tmp_path)
+    rt.run("step", {"tokens": 3}, graph=False)         # writes `y` (the null kernels: no bytes)
     p = rt.read_async("y", {"tokens": 3})              # f32 [tokens]
     assert dev.ops("d2h") == [("d2h", rt.addresses.buffers["y"], 12, "read `y`")]
     got = p.wait()
@@ -127,6 +128,7 @@ def test_runtime_copy_checks_and_queues(tmp_path):
     assert dev.view(x + 512, 4).tolist() == [0, 1, 2, 3]   # the rest of x untouched (512 % 256)
     with pytest.raises(CallerError, match="copy into `y`: it is an output buffer"):
         rt.copy("y", "x")
+    rt.run("step", {"tokens": 2}, graph=False)         # else: `y` unwritten (test_written.py)
     with pytest.raises(CallerError, match=r"copy `y` \(f32\) into `x` \(bf16\): the dtypes differ"):
         rt.copy("x", "y")
     with pytest.raises(CallerError, match="unknown buffer `nope`"):

@@ -267,8 +267,12 @@ def test_read_shape_follows_symbols_then_the_last_run_then_the_maxima(loaded):
     rt, dev = loaded
     y = rt.addresses.buffers["y"]
     dev.view(y, 4096)[:] = np.arange(4096) % 251
-    assert rt.read("y").shape == (64, 16)                  # no run yet: the maxima
+    with pytest.raises(CallerError, match=r"read `y`: no run since the runtime was loaded "
+                       r"wrote `y`.*\n.*help: run a program that writes `y` first \(`main`\)"):
+        rt.read("y")                                       # an output before any run
+    assert rt.read("x").shape == (64, 16)                  # no run yet: the maxima
     rt.run("main", {"tokens": 5}, graph=False)
+    rt.read("y")                                           # stages y's reads from here on
     n = len(dev.calls)
     got = rt.read("y")
     assert got.shape == (5, 16) and got.dtype == np.float32
@@ -283,6 +287,7 @@ def test_a_large_read_goes_straight_to_the_callers_array(loaded, monkeypatch):
     y = rt.addresses.buffers["y"]
     dev.view(y, 4096)[:] = np.arange(4096) % 7
     monkeypatch.setattr(runtime, "PINNED_READ_MAX", 100)
+    rt.run("main", {"tokens": 2}, graph=False)
     n = len(dev.calls)
     got = rt.read("y", {"tokens": 2})                     # 128 bytes > 100
     assert got.tobytes() == dev.view(y, 128).tobytes()

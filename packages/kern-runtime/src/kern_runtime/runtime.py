@@ -6,7 +6,8 @@ Typical use::
     print(rt.summary())
     rt.write("token_ids", np.array([1, 2, 3], np.int64))     # whole buffer or a prefix
     rt.run("prefill", {"tokens": 3})                          # graph=True by default
-    logits = rt.read("logits")                                # shape at the last run's symbols
+    rt.run("decode", {"tokens": 1})             # after writing the last token's inputs
+    token = rt.read("next_token")    # at the last run's symbols; refused if no run wrote it
 
 Contracts:
 - All work is queued on one non-blocking stream owned by the runtime; ``run`` returns
@@ -50,8 +51,9 @@ from .readback import PendingRead
 from .scalars import ScalarWrites
 from .sequence import SequenceRuns
 from .summary import GraphInfo, WeightsInfo, render_summary
-from .upload import CHUNK_BYTES, upload
+from .upload import CHUNK_BYTES, default_progress, upload
 from .weights import upload_chunks
+from .written import Written
 
 #: Prepared (bound) launch lists kept for eager runs, least recently used evicted.
 EAGER_CACHE = 32
@@ -65,16 +67,6 @@ def _a(word: str) -> str:
     return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
-def _default_progress(done: int, total: int) -> None:
-    import sys
-    if total >= 2**30:
-        pct = 100 * done // total
-        sys.stderr.write(f"\rweights: {done / 2**30:.2f} / {total / 2**30:.2f} GiB ({pct}%)")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 class Runtime(SequenceRuns, ScalarWrites):
     """One manifest loaded onto one device. Create with :meth:`load`; release with
     :meth:`close` (or use as a context manager)."""
@@ -84,7 +76,7 @@ class Runtime(SequenceRuns, ScalarWrites):
     def load(cls, manifest: "str | os.PathLike | VerifiedManifest | Manifest",
              kernels_dir: str | os.PathLike | None = None,
              weights: Sequence[str | os.PathLike] = (), capacity: int | None = None,
-             device: int = 0, progress: Callable[[int, int], None] | None = _default_progress,
+             device: int = 0, progress: Callable[[int, int], None] | None = default_progress,
              backend: Backend = "cuda", pdl: bool = True) -> "Runtime":
         """Verify, check artifacts, allocate, resolve, upload. Raises a
         :class:`~kern_runtime.errors.KernRuntimeError` subclass naming the place; on any
@@ -125,6 +117,7 @@ class Runtime(SequenceRuns, ScalarWrites):
         self._read_staging: dict[str, Any] = {}
         self._read_rings: dict[str, Any] = {}            # name -> readback.ReadRing
         self._last_values: dict[str, int] | None = None
+        self._written = Written(prep.vm)  # outputs some run wrote (host reads check it)
         self.weights_info = WeightsInfo(files=list(prep.weight_files),
                                         unused_tensors=prep.unused_tensors)
 
@@ -211,6 +204,7 @@ class Runtime(SequenceRuns, ScalarWrites):
             for s in self._steps(program, values):
                 s.run()
         self._last_values = values
+        self._written.ran(program)
 
     def capture(self, program: str, symbols: Mapping[str, int]) -> Any:
         """Capture (once) and return the graph of (program, symbols) without running it."""
@@ -282,6 +276,7 @@ class Runtime(SequenceRuns, ScalarWrites):
         the last run's symbol values, else the maxima) as a new host array."""
         where = f"read `{name}`"
         shape, dtype, n = self._extent(name, symbols, where)
+        self._written.check((name,), where)
         out = np.empty(shape, dtype=dtype)
         src = self.addresses.buffers[name]
         if n <= PINNED_READ_MAX:
@@ -307,6 +302,7 @@ class Runtime(SequenceRuns, ScalarWrites):
         :data:`ASYNC_READ_MAX` bytes."""
         where = f"read `{name}`"
         shape, dtype, n = self._extent(name, symbols, where)
+        self._written.check((name,), where)
         cap = self.plan.buffers[name].nbytes
         if cap > ASYNC_READ_MAX:
             raise CallerError(f"read_async `{name}`: {cap} bytes is more than "

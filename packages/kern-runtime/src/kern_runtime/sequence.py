@@ -13,7 +13,9 @@ Contracts:
 - Ops are plain frozen values (hashable): the graph is keyed by the list of ops with their
   checked symbol values.
 - Every op is checked (program, symbols, buffers, dtypes, room) before anything is queued or
-  captured; a refused list leaves the runtime as it was.
+  captured; a refused list leaves the runtime as it was. So is, on every run, each copy's
+  source that no earlier op of the list writes: some run must have written it
+  (:mod:`.written`).
 - The cuBLASLt algorithms of every program are chosen before the capture begins.
 - A copy is a memcpy (a memcpy node in the graph). ``copy_kernel=True``: each run of
   consecutive copies whose destinations overlap no other copy of the run is ONE launch of
@@ -184,6 +186,7 @@ class SequenceRuns:
         """Queue a device copy of buffer ``src`` (shape at ``symbols`` as for :meth:`read`)
         into input or carry buffer ``dst`` (same dtype) from row ``dst_row`` (see
         :func:`.hostdata.row_offset`), ordered like :meth:`write`."""
+        self._written.check((src,), f"copy `{src}` into `{dst}`")
         d, s, n, where = self._copy_plan(dst, src, symbols, dst_row)
         if n:
             self._dev.d2d(d, s, n, self._stream, where=where)
@@ -271,23 +274,43 @@ class SequenceRuns:
         """Queue ``ops`` in order: with ``graph`` as one CUDA graph (captured on first use),
         else step by step; ``copy_kernel``: module docstring. Does not wait for the GPU."""
         if graph:
-            g, last = self._sequence_graph(tuple(ops), copy_kernel)
+            g, last, reads, programs = self._sequence_graph(tuple(ops), copy_kernel)
+            self._written.check(reads, "run_sequence")
             g.launch(self._stream, where="sequence")
         else:
             _, plans, last = self._sequence_plan(ops, copy_kernel)
+            reads, programs = self._sequence_effects(ops)
+            self._written.check(reads, "run_sequence")
             for s in self._sequence_steps(plans, copy_kernel):
                 s.run()
         if last is not None:
             self._last_values = last
+        for program in programs:
+            self._written.ran(program)
 
-    def _sequence_graph(self, ops: tuple, copy_kernel: bool) -> tuple[Any, dict | None]:
-        """(graph, last run's symbol values) of ``ops``; the ops are checked once, on their
-        first use: a replay is a dict lookup and one launch (a fed DSpark round per round)."""
+    def _sequence_effects(self, ops: Sequence[Op]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the buffers its copies read that no earlier op of ``ops`` writes, the programs
+        it runs in order)."""
+        reads: list[str] = []
+        programs: list[str] = []
+        written: set[str] = set()
+        for op in ops:
+            if isinstance(op, Run):
+                programs.append(op.program)
+                written |= self._written.by_program[op.program]
+            elif isinstance(op, (Copy, Store)) and op.src not in written:
+                reads.append(op.src)
+        return tuple(reads), tuple(programs)
+
+    def _sequence_graph(self, ops: tuple, copy_kernel: bool) -> tuple:
+        """(graph, last run's symbol values, :meth:`_sequence_effects`) of ``ops``; the ops
+        are checked once, on their first use: a replay is a dict lookup and one launch (a fed
+        DSpark round per round)."""
         self._check_open()
         kept = self.__dict__.setdefault("_sequence_graphs", {})
         hit = kept.get((ops, copy_kernel))
         if hit is None:
             key, _, last = self._sequence_plan(ops, copy_kernel)
             g = self._graphs.get(key) or self.capture_sequence(ops, copy_kernel=copy_kernel)
-            hit = kept[(ops, copy_kernel)] = (g, last)
+            hit = kept[(ops, copy_kernel)] = (g, last, *self._sequence_effects(ops))
         return hit

@@ -71,3 +71,14 @@ def upload(dev: Device, chunks: Iterable[UploadChunk], dst: Mapping[str, int], s
             for b in bufs:
                 b.free()
     return time.perf_counter() - t0
+
+
+def default_progress(done: int, total: int) -> None:
+    """``Runtime.load``'s progress: weight uploads of 1 GiB or more on stderr, in place."""
+    import sys
+    if total >= 2**30:
+        pct = 100 * done // total
+        sys.stderr.write(f"\rweights: {done / 2**30:.2f} / {total / 2**30:.2f} GiB ({pct}%)")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()

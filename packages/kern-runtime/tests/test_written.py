@@ -1,0 +1,91 @@
+"""An output no run has written is refused to the host reads, ``copy`` and a sequence's
+copies (kern_runtime.written), on the null device: the toy manifest plus a program ``fill``
+that writes only the workspace ``h`` (as a ``prefill`` writes only the KV cache)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from kern_runtime import CallerError, Copy, Run, Store
+from kern_runtime.written import program_writes
+from krt_helpers import EXAMPLES, st_tensor, write_safetensors
+from krt_null import load_null, null_cubin
+
+#: The null device's records of queued work.
+QUEUED = ("graph", "launch", "copies", "d2d")
+REFUSED = r"no run since the runtime was loaded wrote `y`, so it holds no result"
+
+
+@pytest.fixture
+def toy(tmp_path):
+    obj = json.loads((EXAMPLES / "toy" / "manifest.json").read_text())
+    cubin = null_cubin(tmp_path / "k" / "toy.cubin",
+                       {s["symbol"]: s["params"] for k in obj["kernels"].values()
+                        for s in k["impl"]["steps"]})
+    obj["kernels"]["norm"]["impl"]["steps"][0]["sha256"] = hashlib.sha256(
+        cubin.read_bytes()).hexdigest()
+    obj["programs"]["fill"] = {"dispatches": obj["programs"]["step"]["dispatches"][:1]}
+    (tmp_path / "m.json").write_text(json.dumps(obj))
+    w = write_safetensors(tmp_path / "w.safetensors",
+                          {"gamma": st_tensor(np.zeros(128, np.uint16), "BF16")})
+    return load_null(tmp_path / "m.json", tmp_path / "k", [w], capacity=16)
+
+
+def test_program_writes_follow_the_out_parameters(toy):
+    rt, _ = toy
+    assert program_writes(rt.vm) == {"step": frozenset({"h", "y"}), "fill": frozenset({"h"})}
+
+
+def test_a_read_before_any_run_that_writes_it_is_refused_and_queues_nothing(toy):
+    rt, dev = toy
+    n = len(dev.calls)
+    with pytest.raises(CallerError, match=REFUSED + r" \(programs run so far: none\)") as e:
+        rt.read("y")
+    assert "help: run a program that writes `y` first (`step`)" in str(e.value)
+    assert len(dev.calls) == n
+    rt.run("fill", {"tokens": 2})
+    for read in (rt.read, rt.read_async):
+        with pytest.raises(CallerError, match=r"read `y`: " + REFUSED +
+                           r" \(programs run so far: `fill`\)"):
+            read("y")
+    rt.read("h")                       # a workspace: the caller's own business, not tracked
+    rt.run("step", {"tokens": 2}, graph=False)
+    assert rt.read("y").shape == (2,) and rt.read_async("y").wait().shape == (2,)
+    rt.run("fill", {"tokens": 2})      # y keeps step's result: written stays written
+    assert rt.read("y").shape == (2,)
+
+
+def test_copy_and_a_sequence_copy_of_an_unwritten_output_are_refused(toy):
+    rt, dev = toy
+    # (no input of the toy has `y`'s dtype: this check comes before the copy's own ones)
+    with pytest.raises(CallerError, match=r"copy `y` into `x`: " + REFUSED):
+        rt.copy("x", "y")
+    n = len(dev.calls)
+    before = (Copy.of("x", "h", {"tokens": 1}), Copy.of("x", "h", {"tokens": 1}))
+    rt.run_sequence(before + (Run.of("fill", {"tokens": 2}),))   # h: a workspace, allowed
+    assert len(dev.calls) > n
+    box = rt.mailbox(64)
+    ops = (Run.of("fill", {"tokens": 2}), Store.of(box, "y", 0, {"tokens": 2}))
+    for graph in (True, False):
+        n = len(dev.calls)
+        with pytest.raises(CallerError, match=r"run_sequence: " + REFUSED +
+                           r" \(programs run so far: `fill`\)"):
+            rt.run_sequence(ops, graph=graph, copy_kernel=True)
+        assert not [c for c in dev.calls[n:] if c[0] in QUEUED]
+    rt.run("step", {"tokens": 2})
+    n = len(dev.calls)
+    rt.run_sequence(ops, copy_kernel=True)
+    assert [c[0] for c in dev.calls[n:] if c[0] in QUEUED] == ["graph"]
+
+
+def test_a_sequence_copy_after_its_own_writer_runs(toy):
+    rt, _ = toy
+    ops = (Run.of("step", {"tokens": 2}), Copy.of("x", "h", {"tokens": 2}))
+    eff = rt._sequence_effects(ops)
+    assert eff == ((), ("step",))      # step writes h before the copy reads it
+    rt.run_sequence(ops)
+    assert rt.read("y").shape == (2,)  # the sequence's run counts as written
