@@ -81,8 +81,9 @@ def test_too_large_and_read_after_free():
 
 # --- Runtime.copy / Runtime.read_async without a GPU: the toy manifest on the null device ---
 
-def toy_runtime(tmp_path):
-    """The toy manifest loaded on the null device; buffer bytes are 0, 1, 2, ... (mod 256)."""
+def toy_runtime(tmp_path, edit=None):
+    """The toy manifest loaded on the null device; buffer bytes are 0, 1, 2, ... (mod 256).
+    ``edit``: called with the manifest's JSON object before it is written and loaded."""
     import hashlib
     import json
 
@@ -94,6 +95,8 @@ def toy_runtime(tmp_path):
                         for s in k["impl"]["steps"]})
     obj["kernels"]["norm"]["impl"]["steps"][0]["sha256"] = hashlib.sha256(
         cubin.read_bytes()).hexdigest()
+    if edit is not None:
+        edit(obj)
     (tmp_path / "m.json").write_text(json.dumps(obj))
     w = write_safetensors(tmp_path / "w.safetensors",
                           {"gamma": st_tensor(np.zeros(128, np.uint16), "BF16")})

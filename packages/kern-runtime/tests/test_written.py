@@ -4,16 +4,11 @@ that writes only the workspace ``h`` (as a ``prefill`` writes only the KV cache)
 
 from __future__ import annotations
 
-import hashlib
-import json
-
-import numpy as np
 import pytest
 
 from kern_runtime import CallerError, Copy, Run, Store
 from kern_runtime.written import program_writes
-from krt_helpers import EXAMPLES, st_tensor, write_safetensors
-from krt_null import load_null, null_cubin
+from test_readback import toy_runtime
 
 #: The null device's records of queued work.
 QUEUED = ("graph", "launch", "copies", "d2d")
@@ -22,17 +17,9 @@ REFUSED = r"no run since the runtime was loaded wrote `y`, so it holds no result
 
 @pytest.fixture
 def toy(tmp_path):
-    obj = json.loads((EXAMPLES / "toy" / "manifest.json").read_text())
-    cubin = null_cubin(tmp_path / "k" / "toy.cubin",
-                       {s["symbol"]: s["params"] for k in obj["kernels"].values()
-                        for s in k["impl"]["steps"]})
-    obj["kernels"]["norm"]["impl"]["steps"][0]["sha256"] = hashlib.sha256(
-        cubin.read_bytes()).hexdigest()
-    obj["programs"]["fill"] = {"dispatches": obj["programs"]["step"]["dispatches"][:1]}
-    (tmp_path / "m.json").write_text(json.dumps(obj))
-    w = write_safetensors(tmp_path / "w.safetensors",
-                          {"gamma": st_tensor(np.zeros(128, np.uint16), "BF16")})
-    return load_null(tmp_path / "m.json", tmp_path / "k", [w], capacity=16)
+    def add_fill(obj):
+        obj["programs"]["fill"] = {"dispatches": obj["programs"]["step"]["dispatches"][:1]}
+    return toy_runtime(tmp_path, add_fill)
 
 
 def test_program_writes_follow_the_out_parameters(toy):
