@@ -117,13 +117,13 @@ __device__ __forceinline__ void gemv_silu(const __nv_bfloat16* a,
     KERN_TL_RECORD(w);
 }
 
-extern "C" __global__ void KERN_GEMV_BOUNDS_SILU
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
 kern_gemv_silu_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                     __nv_bfloat16* c, int m, int n, int k) {
     gemv_silu<false>(a, w, c, m, n, k);
 }
 
-extern "C" __global__ void KERN_GEMV_BOUNDS_SILU
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
 kern_gemv_silu_et_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w,
                        __nv_bfloat16* c, int m, int n, int k) {
     gemv_silu<true>(a, w, c, m, n, k);

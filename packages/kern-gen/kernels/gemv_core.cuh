@@ -74,18 +74,6 @@ __device__ __forceinline__ uint4 ld_w_first(const __nv_bfloat16* p, bool ok) {
 // and keep the plain one (124 registers).
 #define KERN_GEMV_BOUNDS_T1 __launch_bounds__(kMaxWarps * 32, 2)
 
-// The SiLU (two-tile) kernels' bounds.  Lever (session 34, off in the build):
-// -D KERN_GEMV_SILU_MAXNREG=96 caps them at 96 registers instead of the 124 ptxas picks (13.0:
-// no spill at 96), so that two 8-warp blocks leave 16384 registers of the SM free: room for
-// one 8-warp block of the next GEMV (down, 64 registers) while gate_up's last blocks run.
-// Today down's blocks find no room until gate_up's exit (session 28's timeline: down's wait
-// returns ~3 us after gate_up's last store).  The arithmetic is unchanged (same bits).
-#ifdef KERN_GEMV_SILU_MAXNREG
-#define KERN_GEMV_BOUNDS_SILU __maxnreg__(KERN_GEMV_SILU_MAXNREG)
-#else
-#define KERN_GEMV_BOUNDS_SILU __launch_bounds__(kMaxWarps * 32)
-#endif
-
 // 16 bytes of A (written by the previous kernel: a coherent load, issued only after
 // griddepcontrol.wait; volatile keeps it there), zeros when !ok.
 __device__ __forceinline__ uint4 ld_a(const __nv_bfloat16* p, bool ok) {
