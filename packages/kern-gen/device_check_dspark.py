@@ -87,6 +87,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=0, metavar="N",
                     help="also plain, unchained and chained N more times each: identical "
                          "tokens every time (a determinism check)")
+    ap.add_argument("--tail-ab", action="store_true",
+                    help="also the unchained loop with its plain tail by stream operations "
+                         "(mailboxes=False): the same tokens and rounds as through the "
+                         "mailboxes (a --capacity just above prompt + steps makes the tail "
+                         "several steps long)")
     ap.add_argument("--chain", action="store_true",
                     help="also the chained rounds (verify queued behind the draft): same "
                          "tokens as the unchained loop, and their ms/token")
@@ -318,6 +323,15 @@ def main(argv=None) -> int:
                     min(len(plain.tokens), len(sp.tokens)))
         st = sp.spec
         chained = {}
+        if args.tail_ab:
+            sb = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
+                                 draft=ds, capacity=args.capacity, chain=False,
+                                 mailboxes=False)
+            chained["tail_same"] = sb.tokens == sp.tokens and sb.spec.round_log == st.round_log
+            bad += not chained["tail_same"]
+            log(f"tail: {st.decode_steps} plain steps ({st.tail_reason}) through the mailboxes "
+                f"vs by stream operations: tokens and rounds "
+                f"{'identical' if chained['tail_same'] else 'DIFFER'}")
         if args.chain:
             sc = dspark_generate(rt, ids, steps=args.steps, chunk=tmax, max_tokens=tmax,
                                  draft=ds, capacity=args.capacity, chain=True)
