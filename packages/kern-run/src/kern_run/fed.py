@@ -44,6 +44,17 @@ AT_POSITION, AT_SLOT, AT_KV_LEN, AT_TOKEN, BOX_BYTES = 0, 8, 16, 24, 32
 BOXES = 2
 
 
+def queue_fed_step(rt: Any, feed: "MailboxFeed | None", inputs: Any, call: Any) -> Any:
+    """Queue the fed decode ``call`` (a :class:`~kern_run.chunks.Call` of one token, its input
+    the last queued step's ``next_token``): through ``feed``'s mailboxes, else by stream
+    operations (``inputs.write_fed``, the run, a read). Returns its token's pending read."""
+    if feed is not None:
+        return feed.queue(call.pos0, graph=call.graph)
+    inputs.write_fed(rt, call.pos0)
+    rt.run(call.program, call.symbols, graph=call.graph)
+    return rt.read_async(NEXT_TOKEN, ONE)
+
+
 def feed_for(rt: Any, mailboxes: bool) -> "MailboxFeed | None":
     """The feed of a generation loop's fed steps: the runtime's :class:`MailboxFeed` when
     ``mailboxes`` and the runtime has them (``rt.mailbox``), else None (stream operations)."""

@@ -30,7 +30,7 @@ import numpy as np
 from kern_manifest.contract import DECODE, NEXT_TOKEN, SYMBOL
 
 from .errors import KernRunError
-from .fed import MailboxFeed, feed_for
+from .fed import MailboxFeed, feed_for, queue_fed_step
 from .inputs import Inputs, table_pages_of
 from .chunks import Call, check_capacity, decode_call, graph_keys, plan_prompt
 
@@ -173,12 +173,7 @@ def generate(rt: RuntimeLike, prompt: Sequence[int], *, steps: int, chunk: int,
     def queue_fed() -> None:
         nonlocal queued
         call = decode_call(n + queued - 1, eager=eager)
-        if feed is not None:
-            reads.append(feed.queue(call.pos0, graph=call.graph))
-        else:
-            inputs.write_fed(rt, call.pos0)
-            rt.run(call.program, call.symbols, graph=call.graph)
-            reads.append(rt.read_async(NEXT_TOKEN, ONE))
+        reads.append(queue_fed_step(rt, feed, inputs, call))
         res.calls.append(call)
         queued += 1
 

@@ -55,7 +55,7 @@ from kern_manifest.contract import (DECODE_SPEC, DRAFT, DRAFT_PRECOMPUTE,
                                     VERIFY_MAX)
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
 from ..errors import KernRunError
-from ..fed import MailboxFeed, feed_for
+from ..fed import MailboxFeed, feed_for, queue_fed_step
 from ..generate import ONE, RuntimeLike
 from ..inputs import Inputs, table_pages_of
 from .accept import accept_prefix
@@ -378,13 +378,8 @@ class _DSparkLoop(Emission):
             queued = self.produced + len(pending)
             if queued < self.steps:
                 call = decode_call(self.n + queued - 1, eager=self.eager)
-                if self.feed is not None:
-                    pending.append(self.feed.queue(call.pos0, graph=call.graph))
-                    self.res.calls.append(call)
-                else:
-                    self.inputs.write_fed(rt, call.pos0)
-                    self.launch(call.program, call.pos0, 1, call.graph)
-                    pending.append(rt.read_async(NEXT_TOKEN, ONE))
+                pending.append(queue_fed_step(rt, self.feed, self.inputs, call))
+                self.res.calls.append(call)
             tok = int(pending.popleft().wait().reshape(-1)[0])
             self.t_last = self.clock()
             self.stats.decode_steps += 1

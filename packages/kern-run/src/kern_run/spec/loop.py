@@ -39,7 +39,7 @@ import numpy as np
 
 from kern_manifest.contract import NEXT_TOKEN, PREDICTIONS, VERIFY, VERIFY_MAX
 from ..errors import KernRunError
-from ..fed import MailboxFeed, feed_for
+from ..fed import MailboxFeed, feed_for, queue_fed_step
 from ..generate import ONE, Result, RuntimeLike, capture_graphs, run_prompt
 from ..inputs import Inputs, table_pages_of
 from ..chunks import Call, check_capacity, decode_call, plan_prompt
@@ -198,12 +198,7 @@ class _Loop(Emission):
         device: through the mailboxes (``feed``, one sequence graph) or by stream operations
         (Inputs.write_fed)."""
         call = decode_call(self.n + self.produced + len(self.pending) - 1, eager=self.eager)
-        if self.feed is not None:
-            self.pending.append(self.feed.queue(call.pos0, graph=call.graph))
-        else:
-            self.inputs.write_fed(self.rt, call.pos0)
-            self.rt.run(call.program, call.symbols, graph=call.graph)
-            self.pending.append(self.rt.read_async(NEXT_TOKEN, ONE))
+        self.pending.append(queue_fed_step(self.rt, self.feed, self.inputs, call))
         self.res.calls.append(call)
 
     def plain_step(self) -> bool:
