@@ -129,6 +129,9 @@
 #           (no spill) so that an 8-warp down block fits beside two of its blocks, alone and
 #           with o / down at 8 warps; run in its c2 on an H100 and removed: 3.186 and 3.347 vs
 #           3.157 ms/token, GEMMs alone 2.911 / 3.076 vs 2.893; commit 495042b has it)
+#   tailab  device_check_dspark.py --target qwen3 --capacity 144 --tail-ab: the DSpark loop's
+#           plain tail (the steps the rounds leave short of the capacity) through the mailboxes
+#           against stream operations, tokens and rounds compared      -> $OUT/tailab.txt
 #   dspark  kern-gen dspark qwen3 --gemm splitk (split-K in verify and the draft too), random
 #           draft: plain greedy and the DSpark loops repeated 3 times, tokens compared run to
 #           run (the check that found --gemm tma nondeterministic in the multi-row programs,
@@ -265,6 +268,13 @@ for step in "${STEPS[@]}"; do
       timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-run/tests/test_fed_gpu.py \
         > "$OUT/fed_tests.txt" 2>&1 || rc=1
       echo "test_fed_gpu.py: $(tail -n 1 "$OUT/fed_tests.txt")" ;;
+    tailab)   # the DSpark loop's plain tail through the mailboxes against stream operations
+      mkdir -p /tmp/check
+      timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --capacity 144 \
+        --tail-ab --out /tmp/check 2>&1 | grep -v "round_log\|Loading\|weights:\|shards" \
+        > "$OUT/tailab.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      tail -12 "$OUT/tailab.txt" ;;
     ablate)
       timeout 200 python3 -m kern_run.cli bench --case qwen3 --qwen3 examples/qwen3-4b \
         --no-baseline --ablate > "$OUT/ablate.txt" 2>&1 || rc=1
