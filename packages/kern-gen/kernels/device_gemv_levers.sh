@@ -129,6 +129,9 @@
 #           (no spill) so that an 8-warp down block fits beside two of its blocks, alone and
 #           with o / down at 8 warps; run in its c2 on an H100 and removed: 3.186 and 3.347 vs
 #           3.157 ms/token, GEMMs alone 2.911 / 3.076 vs 2.893; commit 495042b has it)
+#   triton  probe_gemv_triton.py: issue 16's Triton GEMV (first weight tile before the PDL wait)
+#           in 24 tile configurations against gemv.cu and cuBLAS, Qwen3 shapes at m = 1, then
+#           the step's GEMMs with each                                 -> $OUT/triton.txt
 #   tailab  device_check_dspark.py --target qwen3 --capacity 144 --tail-ab: the DSpark loop's
 #           plain tail (the steps the rounds leave short of the capacity) through the mailboxes
 #           against stream operations, tokens and rounds compared      -> $OUT/tailab.txt
@@ -268,6 +271,9 @@ for step in "${STEPS[@]}"; do
       timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-run/tests/test_fed_gpu.py \
         > "$OUT/fed_tests.txt" 2>&1 || rc=1
       echo "test_fed_gpu.py: $(tail -n 1 "$OUT/fed_tests.txt")" ;;
+    triton)   # issue 16's Triton GEMV probe against gemv.cu and cuBLAS (Qwen3 shapes, m = 1)
+      timeout 420 python3 $KD/probe_gemv_triton.py /tmp/own > "$OUT/triton.txt" 2>&1 || rc=1
+      grep -v "^     " "$OUT/triton.txt" | tail -14 ;;
     tailab)   # the DSpark loop's plain tail through the mailboxes against stream operations
       mkdir -p /tmp/check
       timeout 200 python3 packages/kern-gen/device_check_dspark.py --target qwen3 --capacity 144 \
