@@ -130,7 +130,7 @@
 #           with o / down at 8 warps; run in its c2 on an H100 and removed: 3.186 and 3.347 vs
 #           3.157 ms/token, GEMMs alone 2.911 / 3.076 vs 2.893; commit 495042b has it)
 #   triton  probe_gemv_triton.py: issue 16's Triton GEMV (first weight tile before the PDL wait)
-#           in 24 tile configurations against gemv.cu and cuBLAS, Qwen3 shapes at m = 1, then
+#           in 18 tile configurations against gemv.cu and cuBLAS, Qwen3 shapes at m = 1, then
 #           the step's GEMMs with each                                 -> $OUT/triton.txt
 #   tailab  device_check_dspark.py --target qwen3 --capacity 144 --tail-ab: the DSpark loop's
 #           plain tail (the steps the rounds leave short of the capacity) through the mailboxes

@@ -32,8 +32,8 @@ from bench_gemv_tma import LAYERS, SHAPES, Cublas, Gemv, graph_us  # noqa: E402
 
 # (rows a program, K a loop step, warps); each with 1 and 3 stages (3: the loop's weight tiles
 # arrive by cp.async into shared memory two steps ahead)
-TILES = [(8, 512, 4), (16, 256, 4), (16, 512, 4), (16, 512, 8), (32, 256, 4), (32, 256, 8),
-         (32, 512, 4), (32, 512, 8), (64, 128, 4), (64, 256, 4), (64, 256, 8), (128, 128, 8)]
+TILES = [(16, 256, 4), (16, 512, 4), (16, 512, 8), (32, 256, 4), (32, 256, 8), (32, 512, 4),
+         (32, 512, 8), (64, 128, 4), (64, 256, 8)]
 STAGES = (1, 3)
 
 
