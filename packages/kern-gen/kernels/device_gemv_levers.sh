@@ -272,7 +272,8 @@ for step in "${STEPS[@]}"; do
         > "$OUT/fed_tests.txt" 2>&1 || rc=1
       echo "test_fed_gpu.py: $(tail -n 1 "$OUT/fed_tests.txt")" ;;
     triton)   # issue 16's Triton GEMV probe against gemv.cu and cuBLAS (Qwen3 shapes, m = 1)
-      timeout 420 python3 $KD/probe_gemv_triton.py /tmp/own > "$OUT/triton.txt" 2>&1 || rc=1
+      timeout 420 python3 $KD/probe_gemv_triton.py /tmp/own ${KERN_TRITON_ONLY:+--only $KERN_TRITON_ONLY} \
+        > "$OUT/triton.txt" 2>&1 || rc=1
       grep -v "^     " "$OUT/triton.txt" | tail -14 ;;
     tailab)   # the DSpark loop's plain tail through the mailboxes against stream operations
       mkdir -p /tmp/check
