@@ -129,6 +129,9 @@
 #           (no spill) so that an 8-warp down block fits beside two of its blocks, alone and
 #           with o / down at 8 warps; run in its c2 on an H100 and removed: 3.186 and 3.347 vs
 #           3.157 ms/token, GEMMs alone 2.911 / 3.076 vs 2.893; commit 495042b has it)
+#   mlpfused  probe_mlp_fused.py: the decode MLP (SiLU GEMV, grid barrier, down GEMV) as one
+#           persistent launch (levers/mlp_fused.cu) against the two shipped launches: bits at
+#           equal warps, µs an MLP in a 36-layer chain, the step's GEMMs  -> $OUT/mlpfused.txt
 #   triton  probe_gemv_triton.py: issue 16's Triton GEMV (first weight tile before the PDL wait)
 #           in 18 tile configurations against gemv.cu and cuBLAS, Qwen3 shapes at m = 1, then
 #           the step's GEMMs with each                                 -> $OUT/triton.txt
@@ -271,6 +274,9 @@ for step in "${STEPS[@]}"; do
       timeout 200 python3 -m pytest -q -rfEs -m gpu packages/kern-run/tests/test_fed_gpu.py \
         > "$OUT/fed_tests.txt" 2>&1 || rc=1
       echo "test_fed_gpu.py: $(tail -n 1 "$OUT/fed_tests.txt")" ;;
+    mlpfused)   # the decode MLP as one persistent launch (levers/mlp_fused.cu) vs the two
+      timeout 240 python3 $KD/probe_mlp_fused.py /tmp/own > "$OUT/mlpfused.txt" 2>&1 || rc=1
+      grep -v "ptxas\|^    [0-9]* bytes" "$OUT/mlpfused.txt" | tail -24 ;;
     triton)   # issue 16's Triton GEMV probe against gemv.cu and cuBLAS (Qwen3 shapes, m = 1)
       timeout 420 python3 $KD/probe_gemv_triton.py /tmp/own ${KERN_TRITON_ONLY:+--only $KERN_TRITON_ONLY} \
         > "$OUT/triton.txt" 2>&1 || rc=1
