@@ -7,7 +7,10 @@
 // block ends its main loop; with the phases in one grid, every block requests its first down
 // weight batch before the barrier, and the barrier (one atomic a block, one flag) replaces the
 // launch and the grid-dependency resolution.  Whether that wins is what probe_mlp_fused.py
-// measures: the MLP chain and the step's GEMMs against the two shipped kernels.
+// measures: the MLP chain and the step's GEMMs against the two shipped kernels.  Evidence
+// against it: session 29's early-triggering SiLU GEMV also started down sooner and lost (its
+// first batches took bandwidth from gate_up's last tiles); the barrier's first down batch
+// does the same, so the gain can only be the boundary's own cost.
 //
 // Contract, kern_mlp_fused_bf16(a, w_gu, w_d, h, c, bar, m, n_ff, d):
 //   a bf16 [m, d], w_gu bf16 [2 n_ff, d] = [gate; up] rows, w_d bf16 [d, n_ff], h bf16
