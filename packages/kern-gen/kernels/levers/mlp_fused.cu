@@ -53,12 +53,20 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
+// The previous launch in the stream may still be in its barrier (PDL): a block touches bar only
+// after its grid-dependency wait.  A block with a SiLU tile has waited already (a no-op here);
+// one with none (G > n_ff / 16) has not.
+__device__ __forceinline__ void wait_then_barrier(unsigned* bar) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    grid_barrier(bar);
+}
+
 // gemv_tiles' Norm hook: the barrier runs after the first down weight batch is requested and
 // before h is read.
 struct Barrier {
     static constexpr bool kShared = false;
     unsigned* bar;
-    __device__ __forceinline__ void before_wait() const { grid_barrier(bar); }
+    __device__ __forceinline__ void before_wait() const { wait_then_barrier(bar); }
     __device__ __forceinline__ void operator()() const {}
 };
 
@@ -82,7 +90,7 @@ kern_mlp_fused_bf16(const __nv_bfloat16* a, const __nv_bfloat16* __restrict__ w_
         __syncthreads();                            // red2 is the next tile's
     }
     if ((int)blockIdx.x >= tiles2) {                // block-uniform: no down tile
-        grid_barrier(bar);
+        wait_then_barrier(bar);
         return;
     }
     for (int t = blockIdx.x; t < tiles2; t += gridDim.x) {
