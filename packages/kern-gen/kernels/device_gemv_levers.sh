@@ -132,6 +132,10 @@
 #   mlpfused  probe_mlp_fused.py: the decode MLP (SiLU GEMV, grid barrier, down GEMV) as one
 #           persistent launch (levers/mlp_fused.cu) against the two shipped launches: bits at
 #           equal warps, µs an MLP in a 36-layer chain, the step's GEMMs  -> $OUT/mlpfused.txt
+#   qkvattn  probe_qkv_attn_fused.py: the Qwen3 decode layer's qkv GEMV and attention as one
+#           launch (levers/qkv_attn_fused.cu: the block completing a kv head's tiles attends
+#           alone) against the shipped pair: bits and errors vs float32, µs a layer in the
+#           qkv -> attention -> o chain at contexts 144 and 1000         -> $OUT/qkvattn.txt
 #   triton  probe_gemv_triton.py: issue 16's Triton GEMV (first weight tile before the PDL wait)
 #           in 18 tile configurations against gemv.cu and cuBLAS, Qwen3 shapes at m = 1, then
 #           the step's GEMMs with each                                 -> $OUT/triton.txt
@@ -277,6 +281,9 @@ for step in "${STEPS[@]}"; do
     mlpfused)   # the decode MLP as one persistent launch (levers/mlp_fused.cu) vs the two
       timeout 240 python3 $KD/probe_mlp_fused.py /tmp/own > "$OUT/mlpfused.txt" 2>&1 || rc=1
       grep -v "ptxas\|^    [0-9]* bytes" "$OUT/mlpfused.txt" | tail -24 ;;
+    qkvattn)   # the qkv GEMV and the decode attention as one launch vs the shipped pair
+      timeout 200 python3 $KD/probe_qkv_attn_fused.py /tmp/own > "$OUT/qkvattn.txt" 2>&1 || rc=1
+      grep -v "ptxas\|^    [0-9]* bytes" "$OUT/qkvattn.txt" | tail -22 ;;
     triton)   # issue 16's Triton GEMV probe against gemv.cu and cuBLAS (Qwen3 shapes, m = 1)
       timeout 420 python3 $KD/probe_gemv_triton.py /tmp/own ${KERN_TRITON_ONLY:+--only $KERN_TRITON_ONLY} \
         > "$OUT/triton.txt" 2>&1 || rc=1
