@@ -118,16 +118,11 @@ kern_qkv_attn_fused_bf16_d128(
         __nv_bfloat16 o[kRopeMaxPerLane];
         const bool is_q = warp < G;
         norm_rope_warp(row_s + warp * D, is_q ? q_w : k_w, ang, 0, 1, D, eps, o);
+        __nv_bfloat16* dst = is_q ? q_s + warp * D : k_s;   // the new k also goes to the cache
 #pragma unroll
-        for (int i = 0; i < D / 32; ++i) {
-            const int d = lane + 32 * i;
-            if (is_q) {
-                q_s[warp * D + d] = o[i];
-            } else {
-                k_s[d] = o[i];
-                if (store) kc[d] = o[i];
-            }
-        }
+        for (int i = 0; i < D / 32; ++i) dst[lane + 32 * i] = o[i];
+        if (!is_q && store)
+            for (int i = 0; i < D / 32; ++i) kc[lane + 32 * i] = o[i];
     } else if (warp == G + 1) {
         for (int d = lane; d < D; d += 32) {
             v_s[d] = row_s[(G + 1) * D + d];
