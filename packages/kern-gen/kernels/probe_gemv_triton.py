@@ -9,7 +9,7 @@ says whether that gap is real for a chain of distinct weights (every launch read
 which tile shapes give it.  A probe, not a kernel of the product: nothing here is wired into
 a manifest.
 
-    python3 packages/kern-gen/build.py /tmp/own   # gemv.cubin (device_gemv_levers.sh does it)
+    python3 packages/kern-gen/kernels/build.py /tmp/own   # gemv.cubin (device_gemv_levers.sh does it)
     python3 packages/kern-gen/kernels/probe_gemv_triton.py /tmp/own [--only 16x512x4x3,...]
 
 Prints, per shape: µs per GEMV (chain of 36 distinct weights, PDL launches in one CUDA
@@ -23,7 +23,8 @@ rows' noise).
 Session 35 (H200, docs/measurements.md): the issue's figures were not reproduced; the best
 configuration (16x512, 4 warps, 3 cp.async stages) ties gemv.cu on gate_up, loses 0.3-0.7 µs
 on qkv / o / down and wins 8.5 µs on the lm_head; the step with it everywhere 2304.5 vs
-2209.9 µs.
+2209.9 µs.  Session 36 (H200): the step with only the lm_head swapped, 2251.5 / 2256.6 vs
+2233.7 / 2236.9 µs: slower too.
 """
 import sys
 from pathlib import Path
